@@ -98,3 +98,14 @@ def main(cfg: Config, req: AskRequest) -> dict:
     else:
         print_result(out, req.show_memory)
     return out
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--doc", required=True, help="local path, file:// or s3:// URI of a UTF-8 text")
+    p.add_argument("--question", required=True)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--show-memory", action="store_true", help="print the memory after every chunk")
+
+
+def run(cfg: Config, args) -> None:
+    main(cfg, AskRequest(args.doc, args.question, args.json, args.show_memory))

@@ -53,12 +53,20 @@ class AgentConfig(Strict):
     seed: int = 0
 
 
+class S3Config(Strict):
+    # Endpoint of an S3-compatible store (SeaweedFS, MinIO); None: AWS_ENDPOINT_URL or AWS itself.
+    # Keys come only from the standard AWS environment variables, never from config files.
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+
+
 class Config(Strict):
     # Local home: model store, caches, default tracking db. MEMAGENT_HOME overrides.
     home: str = ".memagent"
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
     agent: AgentConfig = AgentConfig()
+    s3: S3Config = S3Config()
 
     @property
     def home_path(self) -> Path:

