@@ -19,6 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 from benchmarks.common import MB, REPO, finish, run_measured  # noqa: E402
 
@@ -34,28 +35,31 @@ def ask_once(doc: str, question: str, overrides: list[str]) -> tuple[dict, int]:
 
 
 def full_document(doc: str, question: str, overrides: list[str], max_tokens: int) -> dict:
-    """One prompt holding the whole document; None seconds if it does not fit the window."""
+    """One prompt holding the whole document; seconds is None where it does not fit the window."""
+    from transformers import AutoTokenizer
+
+    from pipelines.agent.codec import ChatCodec
     from pipelines.config import load_config
     from pipelines.engine import GenRequest, Sampling, create_engine
     from pipelines.models import resolve_model
 
     cfg = load_config(None, overrides)
+    model_dir = str(resolve_model(cfg.model.path, cfg.home_path))
+    msgs = [{"role": "user", "content": f"{open(doc).read()}\n\nQuestion: {question}"}]
+    n = len(ChatCodec(AutoTokenizer.from_pretrained(model_dir)).encode_chat(msgs))
+    if n + max_tokens > cfg.engine.max_model_len:
+        return {"prompt_tokens": n, "seconds": None}
 
     async def go():
-        engine = create_engine(str(resolve_model(cfg.model.path, cfg.home_path)), cfg.engine)
+        engine = create_engine(model_dir, cfg.engine)
         try:
-            text = open(doc).read()
-            msgs = [{"role": "user", "content": f"{text}\n\nQuestion: {question}"}]
-            n = len(engine.codec.encode_chat(msgs))
-            if n + max_tokens > cfg.engine.max_model_len:
-                return {"prompt_tokens": n, "seconds": None}
             start = time.perf_counter()
             await engine.generate(GenRequest(Sampling(max_tokens=max_tokens), messages=msgs))
-            return {"prompt_tokens": n, "seconds": time.perf_counter() - start}
+            return time.perf_counter() - start
         finally:
             await engine.close()
 
-    return asyncio.run(go())
+    return {"prompt_tokens": n, "seconds": asyncio.run(go())}
 
 
 def main() -> None:

@@ -100,6 +100,9 @@ class SeaweedFS:
                 client.create_bucket(Bucket="healthcheck")
                 return
             except Exception as e:  # filer still starting: InternalError, connection refused
+                if getattr(e, "response", {}).get("Error", {}).get("Code") in ("BucketAlreadyOwnedByYou",
+                                                                                 "BucketAlreadyExists"):
+                    return  # a restart on an existing data folder
                 last = e
                 time.sleep(0.5)
         self.stop()
@@ -123,6 +126,22 @@ class SeaweedFS:
         self.proc = None
 
 
+def stop_pid(pid: int, grace: float = 10) -> None:
+    """SIGTERM the server's process group, then SIGKILL it if it is still there after grace seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("action", choices=["start", "stop"])
@@ -133,14 +152,12 @@ def main() -> None:
     if a.action == "stop":
         pid_file = root / "weed.pid"
         if pid_file.exists():
-            try:
-                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            stop_pid(int(pid_file.read_text()))
             pid_file.unlink()
         print("stopped")
         return
     server = SeaweedFS(root, a.port).start()
+    print(f"# S3 endpoint: {server.endpoint} (pid {server.proc.pid}; stop: infra/seaweedfs.py stop --dir {a.dir})")
     for k, v in server.env().items():
         print(f"export {k}={v}")
 

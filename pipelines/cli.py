@@ -20,6 +20,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("pipelines.quickstart", "import the model, answer over a generated long document"),
     "ask": ("pipelines.ask", "answer a question over one document (local path or s3://)"),
     "model": ("pipelines.models", "the local model store (import built-in models)"),
+    "serve": ("pipelines.serve.app", "serve the agent over HTTP (Ray Serve): answers, batch jobs, OpenAI chat"),
+    "batch": ("pipelines.serve.batch", "run a batch QA job (on a running server, or start one here)"),
+    "eval": ("pipelines.eval.ladder", "accuracy against document length: memory agent vs baselines"),
+    "ingest": ("pipelines.ingest.command", "stream a corpus (local or s3://) into the chunk store"),
+    "data": ("pipelines.ingest.data_command", "build offline long-context task datasets (data build)"),
+    "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
 }
 
 

@@ -60,6 +60,13 @@ class S3Config(Strict):
     region: str = "us-east-1"
 
 
+from pipelines.serve.config import ServeConfig  # noqa: E402 (needs Strict above)
+from pipelines.track.config import TrackConfig  # noqa: E402
+from pipelines.eval.config import EvalConfig  # noqa: E402
+from pipelines.ingest.config import IngestConfig  # noqa: E402
+from pipelines.rollout.config import RolloutConfig  # noqa: E402
+
+
 class Config(Strict):
     # Local home: model store, caches, default tracking db. MEMAGENT_HOME overrides.
     home: str = ".memagent"
@@ -67,6 +74,11 @@ class Config(Strict):
     engine: EngineConfig = EngineConfig()
     agent: AgentConfig = AgentConfig()
     s3: S3Config = S3Config()
+    serve: ServeConfig = ServeConfig()
+    track: TrackConfig = TrackConfig()
+    eval: EvalConfig = EvalConfig()
+    ingest: IngestConfig = IngestConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
     @property
     def home_path(self) -> Path:

@@ -73,6 +73,10 @@ def resolve_model(ref: str, home: Path) -> Path:
     if is_s3(ref):
         cache = home / "cache" / "s3" / ref[len("s3://"):].strip("/")
         return check_model_dir(download_prefix(ref, cache), ref)
+    if ref.startswith("models:/"):  # a registered MLflow model version, cached once fetched
+        from pipelines.track.registry import fetch_registered
+
+        return check_model_dir(fetch_registered(ref, home), ref)
     if ref in BUILTINS:
         dest = store_dir(home) / ref
         if not (dest / "config.json").is_file():
@@ -85,8 +89,15 @@ def add_arguments(p) -> list:
     sub = p.add_subparsers(dest="model_command", required=True)
     imp = sub.add_parser("import", help="import a built-in model into the store")
     imp.add_argument("name", choices=sorted(BUILTINS))
-    return [imp]
+    from pipelines.track.registry import add_register_parser
+
+    return [imp, add_register_parser(sub)]
 
 
 def run(cfg, args) -> None:
+    if args.model_command == "register":
+        from pipelines.track.registry import run_register
+
+        run_register(cfg, args)
+        return
     print(f"imported {args.name} -> {BUILTINS[args.name](cfg.home_path)}")

@@ -1,0 +1,85 @@
+"""Evaluation ladder benchmark: accuracy against document length, the memory agent beside the
+no-memory truncation baseline, both on the same model and the same context window.
+
+    .venv/bin/python benchmarks/eval_ladder.py --quick     # 2 tasks x 2K,4K x n=4, ~3 min on 2 cores
+    .venv/bin/python benchmarks/eval_ladder.py             # 2 tasks x 4K..64K x n=64 (hours on CPU)
+
+Both methods see at most `window` tokens per call: the agent reads the document a chunk at a
+time, the baseline keeps what fits (head and tail). The figure is how much accuracy each
+loses from the shortest to the longest document. Results are resumable cells under the home.
+Last line: {"table": {task: {length: sub_em}}, "drop_memagent": ..., "drop_truncation": ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pipelines.config import load_config  # noqa: E402
+from pipelines.eval.ladder import main as eval_main  # noqa: E402
+
+QUICK = dict(lengths="2K,4K", n=4, chunk=1024, memory=32, final=32)
+FULL = dict(lengths="4K,8K,16K,32K,64K", n=64, chunk=2048, memory=128, final=64)
+
+
+def overrides(size: dict, args) -> list[str]:
+    window = size["chunk"] + 2 * size["memory"] + 384  # one memory turn's prompt + output, about
+    return [f"model.path={args.model}", "engine.kind=vllm", "engine.max_model_len=4096",
+            f"engine.cpu_kvcache_gib={args.kv_gib}", "agent.temperature=0.0",
+            f"agent.chunk_size={size['chunk']}", f"agent.memory_budget={size['memory']}",
+            f"agent.final_budget={size['final']}", f"eval.tasks=[{args.tasks}]", f"eval.lengths=[{size['lengths']}]",
+            f"eval.n={size['n']}", f"eval.seed={args.seed}", "eval.methods=[memagent, truncation]",
+            f"eval.window={window}", "eval.concurrency=32", f"eval.out={args.out}", *args.overrides]
+
+
+def drop(summary: dict, method: str, lengths: list[str]) -> float:
+    """Mean over tasks of sub_em(shortest) - sub_em(longest), in accuracy points (0..1)."""
+    drops = [summary[t][lengths[0]][method]["sub_em"] - summary[t][lengths[-1]][method]["sub_em"] for t in summary]
+    return sum(drops) / len(drops)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--tasks", default="hotpotqa, niah_single")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-gib", type=int, default=2)
+    p.add_argument("--out", default=None, help="results folder (default: HOME/bench/eval_ladder-quick|full)")
+    p.add_argument("overrides", nargs="*", metavar="key=value")
+    args = p.parse_args()
+    size = QUICK if args.quick else FULL
+    cfg = load_config(None, overrides(size, args))
+    if args.out is None:
+        args.out = str(cfg.home_path / "bench" / f"eval_ladder-{'quick' if args.quick else 'full'}")
+        cfg = load_config(None, overrides(size, args))
+    print("command: .venv/bin/python " + " ".join(shlex.quote(a) for a in sys.argv))
+    start = time.perf_counter()
+    result = eval_main(cfg)
+    lengths = list(cfg.eval.lengths)
+    summary = result["summary"]
+    figures = {
+        "table": {t: {ln: round(summary[t][ln]["memagent"]["sub_em"], 4) for ln in lengths} for t in summary},
+        "table_truncation": {t: {ln: round(summary[t][ln]["truncation"]["sub_em"], 4) for ln in lengths}
+                             for t in summary},
+        "drop_memagent": round(drop(summary, "memagent", lengths), 4),
+        "drop_truncation": round(drop(summary, "truncation", lengths), 4),
+        "window": cfg.eval.window, "n": cfg.eval.n, "seconds": round(time.perf_counter() - start, 1),
+    }
+    print(f"accuracy drop {lengths[0]} -> {lengths[-1]} (sub_em points, mean over tasks): "
+          f"memagent {figures['drop_memagent']:+.3f}, truncation {figures['drop_truncation']:+.3f}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

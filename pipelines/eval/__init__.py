@@ -1,0 +1,1 @@
+"""The evaluation ladder: accuracy against document length, memory agent against baselines."""

@@ -1,0 +1,31 @@
+"""The `eval:` config section. Its own strict base: importing pipelines.config here would cycle."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Method = Literal["memagent", "truncation", "full"]
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    tasks: tuple[str, ...] = ("hotpotqa", "niah_single")
+    lengths: tuple[str, ...] = ("8K", "16K", "32K", "64K", "128K")  # K = 1024 tokens
+    n: int = Field(128, gt=0)  # questions per (task, length)
+    seed: int = 0
+    # Task rows (parquet file or folder, local or s3://); None: built on the fly for `seed`.
+    dataset: str | None = None
+    # Chunk store for rows that reference documents by doc_id.
+    store: str | None = None
+    # Results folder (local or s3://); None: HOME/eval/<model name>-<seed>.
+    out: str | None = None
+    # memagent: the memory loop; truncation: one turn over as much of the document as fits the
+    # window (the paper's no-memory ablation); full: the whole document when it fits.
+    methods: tuple[Method, ...] = ("memagent", "truncation", "full")
+    # Baselines' window in tokens (prompt + answer); None: the engine's max_model_len.
+    window: int | None = Field(None, gt=0)
+    concurrency: int = Field(32, gt=0)  # samples in flight on the engine
+    traces: int = Field(2, ge=0)  # memory traces per cell logged as artifacts

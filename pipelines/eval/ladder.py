@@ -1,0 +1,214 @@
+"""`memagent eval`: accuracy against document length, the memory agent beside two baselines.
+
+    memagent eval --model smollm2 --tasks hotpotqa,niah_single --lengths 4K,8K,16K --n 64 \
+        agent.chunk_size=1024 agent.memory_budget=64
+
+Every (task, length, method) cell runs n questions at evaluation temperature on one engine
+and is saved when done, so a re-run skips finished cells. Prints the table in the paper's
+layout (sub_em % with a 95% interval) and logs metrics, table, plot and memory traces to
+MLflow as `eval/{task}/{length}/{sub_em,em,f1}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from pipelines.config import Config, validate
+from pipelines.errors import UserError
+from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
+from pipelines.eval.results import cell_uri, check_meta, has_cell, read_cell, summarize, write_cell, write_text
+from pipelines.eval.stats import parse_length
+from pipelines.track import Tracker, command_run, create_tracker
+
+Cell = tuple[str, str, str]
+
+
+def model_dir(cfg: Config) -> Path:
+    """Any model reference, `models:/` ones through the configured tracking server."""
+    from pipelines.models import resolve_model
+
+    ref = cfg.model.path
+    if ref.startswith("models:/"):
+        from pipelines.track.registry import fetch_registered
+        from pipelines.track.tracker import default_tracking_uri
+
+        return fetch_registered(ref, cfg.home_path, default_tracking_uri(cfg.home_path, cfg.track))
+    return resolve_model(ref, cfg.home_path)
+
+
+def output_uri(cfg: Config) -> str:
+    if cfg.eval.out:
+        return cfg.eval.out
+    name = cfg.model.path.replace("models:/", "").replace("/", "_").replace("@", "_").strip("_")
+    return str(cfg.home_path / "eval" / f"{name}-seed{cfg.eval.seed}")
+
+
+def plan(cfg: Config) -> list[Cell]:
+    e = cfg.eval
+    for ln in e.lengths:
+        parse_length(ln)
+    return [(t, ln, m) for t in e.tasks for ln in e.lengths for m in e.methods]
+
+
+def window(cfg: Config) -> int:
+    return cfg.eval.window or cfg.engine.max_model_len
+
+
+def check_budgets(cfg: Config) -> None:
+    """Fail before an engine starts rather than on the first prompt the engine refuses."""
+    a, limit = cfg.agent, cfg.engine.max_model_len
+    if window(cfg) > limit:
+        raise UserError(f"eval.window={window(cfg)}: larger than engine.max_model_len={limit}")
+    turn = a.chunk_size + 2 * a.memory_budget + a.question_budget
+    if turn > limit:
+        raise UserError(f"agent.chunk_size + 2 x memory_budget + question_budget = {turn} tokens: "
+                        f"a memory turn would not fit engine.max_model_len={limit}")
+
+
+async def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker) -> None:
+    """Unfinished cells on one engine. Small cells run side by side (a shared cap on samples
+    in flight keeps the engine's batch full); each cell is saved the moment it completes."""
+    from tqdm import tqdm
+
+    from pipelines.agent.codec import ChatCodec
+    from pipelines.engine import create_engine
+    from pipelines.eval.runner import EvalContext
+
+    e = cfg.eval
+    engine = create_engine(str(model_dir(cfg)), cfg.engine)
+    bar = tqdm(total=len(todo) * e.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
+    per_cell = min(e.n, e.concurrency)
+    cells_at_once = asyncio.Semaphore(e.concurrency // per_cell + 1)
+    slots = asyncio.Semaphore(e.concurrency)
+    try:
+        ctx = EvalContext(engine, ChatCodec(engine.tokenizer), cfg.agent, window(cfg), open_store(cfg), e.traces)
+
+        async def gated(cell: Cell) -> None:
+            async with cells_at_once:
+                await run_cell(cfg, ctx, out, cell, tracker, slots, bar)
+
+        await asyncio.gather(*(gated(c) for c in todo))
+    finally:
+        bar.close()
+        await engine.close()
+
+
+async def run_cell(cfg: Config, ctx, out: str, cell: Cell, tracker: Tracker, slots, bar) -> None:
+    from pipelines.eval.rows import cell_rows
+    from pipelines.eval.runner import run_rows
+
+    e = cfg.eval
+    task, length, method = cell
+    rows = cell_rows(task, length, list(e.lengths), e.n, e.seed, e.dataset, ctx.engine.tokenizer)
+    records = []
+    async for rec in run_rows(ctx, rows, method, length, min(e.n, e.concurrency), slots):
+        records.append(rec)
+        bar.update(1)
+    records.sort(key=lambda r: r["index"])
+    write_cell(records, cell_uri(out, *cell))
+    tracker.log_metrics(flat_metrics({cell: summarize(records)}))
+
+
+def open_store(cfg: Config):
+    if not cfg.eval.store:
+        return None
+    from pipelines.ingest.store import ChunkStore
+
+    return ChunkStore(cfg.eval.store)
+
+
+def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
+    """Summaries of every finished cell -> table, CSV, JSON, plot, traces; logged and saved."""
+    e = cfg.eval
+    cells = {c: read_cell(cell_uri(out, *c)) for c in plan(cfg) if has_cell(cell_uri(out, *c))}
+    summary = {c: summarize(recs) for c, recs in cells.items()}
+    table = format_table(summary, e.tasks, e.lengths, e.methods)
+    metrics = flat_metrics(summary)
+    nested = {}
+    for (task, length, method), cell in summary.items():
+        nested.setdefault(task, {}).setdefault(length, {})[method] = cell
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {"table.md": table, "table.csv": table_csv(summary),
+                 "summary.json": json.dumps({"metrics": metrics, "table": nested}, indent=1)}
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text)
+        plot(summary, e.tasks, e.lengths, e.methods, Path(tmp) / "accuracy_vs_length.png")
+        for name in [*files, "accuracy_vs_length.png"]:
+            write_bytes(f"{out.rstrip('/')}/{name}", (Path(tmp) / name).read_bytes())
+            tracker.log_artifact(Path(tmp) / name, "eval")
+        traces = Path(tmp) / "traces"
+        traces.mkdir()
+        for (task, length, method), recs in cells.items():
+            for rec in recs:
+                if rec["memory"] and rec["index"] < e.traces and method == "memagent":
+                    (traces / f"{task}_{length}_{rec['index']}.md").write_text(trace_markdown(rec))
+        for path in sorted(traces.iterdir()):
+            tracker.log_artifact(path, "eval/traces")
+    tracker.log_metrics(metrics)
+    return {"out": out, "table": table, "summary": nested, "metrics": metrics}
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    from pipelines.storage import resolve
+
+    if uri.startswith("s3://"):
+        fs, path = resolve(uri)
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+    else:
+        Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        Path(uri).write_bytes(data)
+
+
+def main(cfg: Config) -> dict:
+    out = output_uri(cfg)
+    cells = plan(cfg)
+    check_budgets(cfg)
+    check_meta(out, {"model": cfg.model.path, "agent": cfg.agent.model_dump(), "window": window(cfg),
+                     "seed": cfg.eval.seed, "n": cfg.eval.n, "dataset": cfg.eval.dataset})
+    todo = [c for c in cells if not has_cell(cell_uri(out, *c))]
+    print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=sys.stderr)
+    tracker = create_tracker(cfg)
+    tags = {"dataset": cfg.eval.dataset, "store": cfg.eval.store, "eval_out": out}
+    with command_run(tracker, cfg, "eval", tags=tags):
+        if todo:
+            asyncio.run(run_cells(cfg, out, todo, tracker))
+        result = finalize(cfg, out, tracker)
+    print(result["table"])
+    print(f"results: {out}")
+    return result
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", help="model reference (store name, folder, s3://, models:/NAME/VERSION)")
+    p.add_argument("--tasks", help="comma-separated task names, e.g. hotpotqa,niah_single")
+    p.add_argument("--lengths", help="comma-separated lengths, e.g. 8K,16K,32K")
+    p.add_argument("--n", type=int, help="questions per task and length")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--dataset", help="task rows (parquet file or folder, local or s3://)")
+    p.add_argument("--store", help="chunk store for rows that reference documents by doc_id")
+    p.add_argument("--out", help="results folder (local or s3://); re-runs skip finished cells")
+    p.add_argument("--methods", help="comma-separated: memagent,truncation,full")
+
+
+def apply_args(cfg: Config, args) -> Config:
+    tree = cfg.model_dump()
+    if args.model:
+        tree["model"]["path"] = args.model
+    for key in ("tasks", "lengths", "methods"):
+        if getattr(args, key):
+            tree["eval"][key] = [x.strip() for x in getattr(args, key).split(",") if x.strip()]
+    for key in ("n", "seed", "dataset", "store", "out"):
+        if getattr(args, key) is not None:
+            tree["eval"][key] = getattr(args, key)
+    return validate(tree, "command line")
+
+
+def run(cfg: Config, args) -> None:
+    if not cfg.eval.tasks and not args.tasks:
+        raise UserError("eval: no tasks given (--tasks)")
+    main(apply_args(cfg, args))

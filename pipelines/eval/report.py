@@ -1,0 +1,98 @@
+"""The ladder's outputs: the table in the paper's layout, a CSV, a PNG, readable memory traces.
+
+Table: one block per task, one row per method, one column per length; each cell is
+sub_em in % with its 95% interval (the paper's "accuracy"), n/a where a method cannot run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from pipelines.eval.stats import parse_length
+from pipelines.track.metrics import eval_metric
+
+Summary = dict[tuple[str, str, str], dict]  # (task, length, method) -> summarize()
+LABELS = {"memagent": "MemAgent (memory loop)", "truncation": "no memory (truncated)",
+          "full": "full document"}
+
+
+def pct(cell: dict, score: str = "sub_em") -> str:
+    if cell["na"]:
+        return "n/a"
+    return f"{100 * cell[score]:.1f} [{100 * cell[score + '_lo']:.1f}, {100 * cell[score + '_hi']:.1f}]"
+
+
+def format_table(summary: Summary, tasks, lengths, methods, score: str = "sub_em") -> str:
+    lines = []
+    for task in tasks:
+        n = max((summary[k]["n"] for k in summary if k[0] == task), default=0)
+        lines += [f"### {task}: {score} % [95% interval], n={n} per cell", "",
+                  "| method | " + " | ".join(lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
+        for m in methods:
+            cells = [pct(summary[(task, ln, m)], score) if (task, ln, m) in summary else "-" for ln in lengths]
+            lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def table_csv(summary: Summary) -> str:
+    buf = io.StringIO()
+    cols = ["task", "length", "method", "n", "n_scored", "na", "truncated", "turns"] + [
+        f"{s}{x}" for s in ("sub_em", "em", "f1") for x in ("", "_lo", "_hi")]
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for (task, length, method), cell in summary.items():
+        w.writerow({"task": task, "length": length, "method": method, **cell})
+    return buf.getvalue()
+
+
+def flat_metrics(summary: Summary) -> dict[str, float]:
+    """eval/{task}/{length}/{score} (memory agent) and .../{method}/{score} (baselines)."""
+    out = {}
+    for (task, length, method), cell in summary.items():
+        if cell["na"]:
+            continue
+        for score in ("sub_em", "em", "f1"):
+            out[eval_metric(task, length, score, method)] = cell[score]
+    return out
+
+
+def plot(summary: Summary, tasks, lengths, methods, path: Path, score: str = "sub_em") -> Path:
+    """Accuracy against length: one colour per task, the memory agent solid, baselines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = {"memagent": ("-", "o"), "truncation": ("--", "s"), "full": ("--", "^")}
+    for i, task in enumerate(tasks):
+        for m in methods:
+            pts = [(parse_length(ln), 100 * summary[(task, ln, m)][score]) for ln in lengths
+                   if (task, ln, m) in summary and not summary[(task, ln, m)]["na"]]
+            if pts:
+                ls, mk = styles.get(m, ("--", "x"))
+                ax.plot(*zip(*pts), linestyle=ls, marker=mk, color=f"C{i}", label=f"{task} / {LABELS.get(m, m)}")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([parse_length(ln) for ln in lengths], labels=list(lengths))
+    ax.set_xlabel("document length (tokens)")
+    ax.set_ylabel(f"{score} (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def trace_markdown(rec: dict) -> str:
+    """One sample's memory after every chunk, then its answer: what the agent kept, readable."""
+    head = [f"# {rec['task']} {rec['length']} {rec['sample_id']} ({rec['method']})", "",
+            f"gold: {rec['answers']}", f"prediction: {rec['prediction']}",
+            f"scores: sub_em={rec['sub_em']:.2f} em={rec['em']:.2f} f1={rec['f1']:.2f}", ""]
+    head[1:1] = [f"question: {rec.get('question')}"]
+    body = [f"## memory after chunk {i}\n\n{m}\n" for i, m in enumerate(rec["memory"], 1)]
+    return "\n".join(head + body + ["## answer", "", rec["answer"]])

@@ -1,0 +1,89 @@
+"""Where a ladder's results live: one parquet file per finished (task, length, method) cell.
+
+    OUT/meta.json                              what produced these results (model, budgets)
+    OUT/cells/{task}/{length}/{method}.parquet per-sample records of a finished cell
+
+A cell file appears only when the whole cell is done (written to a temporary name, then
+moved), so a re-run skips exactly the finished cells and never sees half a cell.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipelines.errors import UserError
+from pipelines.eval.stats import mean_ci
+from pipelines.storage import first_line, resolve
+
+SCORES = ("sub_em", "em", "f1")
+
+
+def cell_uri(out: str, task: str, length: str, method: str) -> str:
+    return f"{out.rstrip('/')}/cells/{task}/{length}/{method}.parquet"
+
+
+def has_cell(uri: str) -> bool:
+    fs, path = resolve(uri)
+    return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def write_cell(records: list[dict], uri: str) -> None:
+    fs, path = resolve(uri)
+    table = pa.Table.from_pylist(records)
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(table, f"{path}.tmp", filesystem=fs)
+        fs.move(f"{path}.tmp", path)
+    else:  # an S3 object appears whole when its upload completes
+        pq.write_table(table, path, filesystem=fs)
+
+
+def read_cell(uri: str) -> list[dict]:
+    fs, path = resolve(uri)
+    try:
+        return pq.read_table(path, filesystem=fs).to_pylist()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise UserError(f"eval results '{uri}': unreadable ({first_line(e)}); delete it to recompute") from None
+
+
+def summarize(records: list[dict]) -> dict:
+    """Mean and 95% interval of each score over the scored samples; n/a if any sample could not
+    run (the full-document baseline when a document exceeds the window)."""
+    scored = [r for r in records if r.get("error") is None]
+    out: dict = {"n": len(records), "n_scored": len(scored), "errors": len(records) - len(scored),
+                 "na": len(scored) < len(records) or not scored,
+                 "truncated": sum(bool(r.get("truncated")) for r in records),
+                 "turns": sum(r.get("turns", 0) for r in scored) / max(1, len(scored))}
+    for name in SCORES:
+        mean, lo, hi = mean_ci([float(r[name]) for r in scored])
+        out.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})
+    return out
+
+
+def check_meta(out: str, meta: dict) -> None:
+    """Refuse to mix results of different models or budgets in one folder."""
+    fs, path = resolve(f"{out.rstrip('/')}/meta.json")
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        with fs.open_input_stream(path) as f:
+            old = json.loads(f.read().decode())
+        diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
+        if diff:
+            raise UserError(f"eval results '{out}': made with other settings ({', '.join(diff)}); "
+                            "use another --out or delete it")
+        return
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as f:
+        f.write(json.dumps(meta, indent=1, sort_keys=True).encode())
+
+
+def write_text(uri: str, text: str) -> None:
+    fs, path = resolve(uri)
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path) as f:
+        f.write(text.encode())

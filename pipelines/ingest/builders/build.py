@@ -1,0 +1,95 @@
+"""`data build`: generate samples, put their documents in the store through the ingest path,
+then write task rows that point at them (doc_tokens as stored).
+
+Documents are staged as JSON lines under `<store>/sources/<task>/...` (one object per
+length), then ingested like any corpus: same tokenizer, same chunking, same manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pipelines.errors import UserError
+from pipelines.ingest.builders.common import Sample, check_length, parse_lengths
+from pipelines.ingest.pipeline import IngestSummary, ingest
+from pipelines.ingest.store import ChunkStore
+from pipelines.ingest.tasks import TaskRow, write_task_rows
+from pipelines.storage import resolve
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    task: str
+    lengths: str
+    n: int
+    out: str
+    store: str
+    seed: int = 0
+    split: str = "eval"
+    haystack: str = "noise"
+    values: str = "numbers"
+
+
+@dataclass
+class BuildSummary:
+    rows: int
+    out: str
+    store: str
+    ingest: IngestSummary
+
+    def line(self) -> str:
+        return f"wrote {self.rows} task rows to {self.out}; documents in {self.store}: {self.ingest.line()}"
+
+
+def sample_stream(req: BuildRequest, target: int, count) -> Iterator[tuple[str, Sample]]:
+    if req.task == "hotpotqa":
+        from pipelines.ingest.builders.hotpotqa import HotpotQA
+
+        yield from HotpotQA(count).samples(req.split, target, req.n, req.seed)
+    else:
+        from pipelines.ingest.builders.ruler import Ruler, ruler_samples
+
+        yield from ruler_samples(Ruler(count, req.haystack, req.values), req.task, req.split, target, req.n, req.seed)
+
+
+def tag(req: BuildRequest) -> str:
+    from pipelines.ingest.builders.ruler import variant
+
+    return req.task if req.task == "hotpotqa" else f"{req.task}/{variant(req.task, req.haystack, req.values)}"
+
+
+def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
+    """Write one length's documents as JSON lines under the store; yield row stubs."""
+    fs, root = resolve(req.store)
+    path = f"{root}/sources/{tag(req)}/{req.split}/s{req.seed}/{target}.jsonl"
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(path, compression=None) as out:
+        for name, s in sample_stream(req, target, count):
+            doc_id = f"{tag(req)}/{req.split}/{target}/s{req.seed}/{name}"
+            check_length(s.text, target, count, f"{req.task} sample '{doc_id}'")
+            out.write((json.dumps({"id": doc_id, "text": s.text}) + "\n").encode())
+            yield {"sample_id": doc_id, "question": s.question, "answers": s.answers,
+                   "answer_kind": s.answer_kind, "doc_id": doc_id, "task": req.task, "split": req.split}
+
+
+def build(req: BuildRequest, cfg) -> BuildSummary:
+    from pipelines.ingest.tokenizer import load_tokenizer
+
+    if req.n <= 0:
+        raise UserError(f"--n {req.n}: must be positive")
+    lengths = parse_lengths(req.lengths)
+    backend = load_tokenizer(cfg.model.path, cfg.home_path).backend_tokenizer
+    count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    stubs = [stub for target in lengths for stub in stage_documents(req, target, count)]
+    fs, root = resolve(req.store)
+    source = f"{'s3://' if req.store.startswith('s3://') else ''}{root}/sources/{tag(req)}/{req.split}/s{req.seed}"
+    icfg = cfg.ingest.model_copy(update={"text_field": "text", "id_field": "id", "patterns": ("*.jsonl",)})
+    summary = ingest(source, req.store, icfg, cfg.model.path, cfg.home_path)
+    store = ChunkStore(req.store)
+    missing = [s["doc_id"] for s in stubs if not store.has(s["doc_id"])]
+    if missing:
+        raise UserError(f"store '{req.store}': {len(missing)} built documents missing after ingest, e.g. '{missing[0]}'")
+    rows = (TaskRow(**s, context=None, doc_tokens=store.info(s["doc_id"]).n_tokens) for s in stubs)
+    return BuildSummary(write_task_rows(rows, req.out), req.out, req.store, summary)

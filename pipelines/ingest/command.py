@@ -1,0 +1,36 @@
+"""`memagent ingest`: stream a corpus into the chunk store (resumable, idempotent).
+
+    memagent ingest --source s3://corpus/raw --store s3://corpus/store ingest.chunk_size=1024
+    memagent ingest --source 'data/*.jsonl.gz' --store .memagent/store ingest.text_field=body
+
+Prints a summary; exits non-zero only when nothing could be ingested.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.errors import UserError
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--source", required=True, help="s3://bucket/prefix, a local folder, file or glob")
+    p.add_argument("--store", help="chunk store URI (default: ingest.store)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def run(cfg, args) -> None:
+    from dataclasses import asdict
+
+    from pipelines.ingest.pipeline import ingest
+
+    store = args.store or cfg.ingest.store
+    summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path)
+    for example in summary.examples:
+        print(f"quarantined: {example}")
+    print(json.dumps(asdict(summary)) if args.json else summary.line())
+    if summary.objects and summary.documents == 0 and summary.already == 0:
+        raise UserError(f"source '{args.source}': nothing could be ingested "
+                        f"({summary.quarantined} inputs quarantined; see the store's manifest)")
+    if not summary.objects and not summary.already:
+        raise UserError(f"source '{args.source}': no objects match {list(cfg.ingest.patterns)}")

@@ -1,0 +1,131 @@
+"""The task row contract (DESIGN.md): question, gold answers, and a document reference.
+
+A row names its document either by `doc_id` (in a chunk store) or carries it inline
+(`context`). Rows are stored as parquet, locally or on s3://, and read back streamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, fields
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipelines.agent.chunking import iter_chunks
+from pipelines.agent.codec import ChatCodec
+from pipelines.agent.reward import lenient_scores, recall_all
+from pipelines.errors import UserError
+from pipelines.ingest.manifest import list_parquet
+from pipelines.ingest.store import ChunkStore
+from pipelines.ingest.tokenizer import same_vocab, tokenizer_id
+from pipelines.storage import first_line, resolve
+
+ANSWER_KINDS = ("one_of", "all_of")
+SCHEMA = pa.schema([
+    ("sample_id", pa.string()), ("question", pa.string()), ("answers", pa.list_(pa.string())),
+    ("answer_kind", pa.string()), ("doc_id", pa.string()), ("context", pa.string()),
+    ("doc_tokens", pa.int64()), ("task", pa.string()), ("split", pa.string()),
+])
+BATCH = 1024
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    sample_id: str
+    question: str
+    answers: list[str]
+    answer_kind: str  # "one_of" | "all_of"
+    doc_id: str | None
+    context: str | None
+    doc_tokens: int
+    task: str
+    split: str
+
+    def __post_init__(self):
+        if self.answer_kind not in ANSWER_KINDS:
+            raise UserError(f"task row '{self.sample_id}': answer_kind '{self.answer_kind}' not one of {ANSWER_KINDS}")
+        if (self.doc_id is None) == (self.context is None):
+            raise UserError(f"task row '{self.sample_id}': needs exactly one of doc_id or context")
+
+
+def _flush(writer_ref: list, batch: list[dict], fs, path: str) -> None:
+    if writer_ref[0] is None:
+        writer_ref[0] = pq.ParquetWriter(path, SCHEMA, filesystem=fs)
+    writer_ref[0].write_table(pa.Table.from_pylist(batch, schema=SCHEMA))
+
+
+def write_task_rows(rows: Iterable[TaskRow], uri: str) -> int:
+    """Write rows to `uri` (a .parquet file, else a folder getting part-00000.parquet); streamed."""
+    fs, path = resolve(uri)
+    if not path.endswith(".parquet"):
+        path = f"{path}/part-00000.parquet"
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local:
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    target = f"{path}.tmp" if local else path
+    writer, batch, n = [None], [], 0
+    try:
+        for row in rows:
+            batch.append(asdict(row))
+            n += 1
+            if len(batch) >= BATCH:
+                _flush(writer, batch, fs, target)
+                batch = []
+        if batch or writer[0] is None:
+            _flush(writer, batch, fs, target)
+    finally:
+        if writer[0] is not None:
+            writer[0].close()
+    if local:
+        fs.move(target, path)
+    return n
+
+
+def read_task_rows(uri: str) -> Iterator[TaskRow]:
+    """Rows of a parquet file or of every parquet file in a folder / prefix, streamed."""
+    fs, path = resolve(uri)
+    try:
+        info = fs.get_file_info(path)
+    except OSError as e:
+        raise UserError(f"task rows '{uri}': cannot reach ({first_line(e)})") from None
+    if info.type == pafs.FileType.NotFound:
+        raise UserError(f"task rows '{uri}': no such file or folder")
+    paths = [path] if info.type == pafs.FileType.File else list_parquet(fs, path)
+    if not paths:
+        raise UserError(f"task rows '{uri}': no parquet files")
+    names = [f.name for f in fields(TaskRow)]
+    for p in paths:
+        try:
+            pf = pq.ParquetFile(p, filesystem=fs)
+            missing = [n for n in names if n not in pf.schema_arrow.names]
+        except (OSError, pa.ArrowInvalid) as e:
+            raise UserError(f"task rows '{uri}': not readable parquet ({first_line(e)})") from None
+        if missing:
+            raise UserError(f"task rows '{uri}': missing columns {missing}")
+        for batch in pf.iter_batches(batch_size=BATCH, columns=names):
+            for r in batch.to_pylist():
+                yield TaskRow(**r)
+
+
+def task_chunks(row: TaskRow, store: ChunkStore | None, codec: ChatCodec, chunk_size: int) -> Iterator[list[int]]:
+    """The row's document as token-id chunks of chunk_size, lazily, in the codec's tokenizer."""
+    if row.doc_id is None:
+        return iter_chunks([codec.encode(row.context or "")], chunk_size)
+    if store is None:
+        raise UserError(f"task row '{row.sample_id}': doc_id '{row.doc_id}' needs a chunk store")
+    info = store.info(row.doc_id)
+    mine = tokenizer_id(codec.tokenizer)
+    if not same_vocab(info.tokenizer, mine):
+        raise UserError(f"doc_id '{row.doc_id}': stored with tokenizer '{info.tokenizer}', "
+                        f"the model's is '{mine}'; re-ingest with this model")
+    return iter_chunks(store.iter_chunk_ids(row.doc_id), chunk_size)
+
+
+def score(row: TaskRow, prediction: str | None) -> dict:
+    """lenient_scores (em, sub_em, f1) for one-of rows; recall_all under the same keys for all-of."""
+    if row.answer_kind == "all_of":
+        r = recall_all(prediction or "", row.answers)
+        return {"em": r, "sub_em": r, "f1": r}
+    return lenient_scores(prediction or "", row.answers)

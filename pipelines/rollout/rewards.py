@@ -1,0 +1,46 @@
+"""The reward of one rollout: the training verifier by default, or any user callable.
+
+A reward is `f(response: str, answers: list[str]) -> float` (pipelines.agent.reward). The
+config names a user reward by dotted path so that every worker process can import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+from pipelines.agent.reward import Reward, extract_boxed, recall_all, strict_reward
+from pipelines.errors import UserError
+
+
+def load_reward(path: str | None) -> Reward | None:
+    """The callable named by 'module:function' or 'module.function'; None for the default."""
+    if not path:
+        return None
+    module, sep, name = path.partition(":") if ":" in path else path.rpartition(".")
+    if not sep or not module or not name:
+        raise UserError(f"rollout.reward '{path}': expected 'module:function'")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise UserError(f"rollout.reward '{path}': cannot import ({e.__class__.__name__}: {e})") from None
+    if not callable(fn):
+        raise UserError(f"rollout.reward '{path}': not callable")
+    return fn
+
+
+def boxed_recall(response: str, answers: list[str]) -> float:
+    """All-of rows: the fraction of gold items inside the last \\boxed{} (0 when nothing is boxed)."""
+    return recall_all(extract_boxed(response) or "", answers)
+
+
+def default_reward(answer_kind: str) -> Reward:
+    return boxed_recall if answer_kind == "all_of" else strict_reward
+
+
+def compute_reward(fn: Reward | None, response: str, answers: list[str], answer_kind: str,
+                   sample_id: str) -> float:
+    value = float((fn or default_reward(answer_kind))(response, list(answers)))
+    if math.isnan(value):
+        raise UserError(f"sample '{sample_id}': reward is NaN")
+    return value

@@ -1,0 +1,219 @@
+"""The rollout service: N worker actors, the scheduler, the trajectory buffer, one consumer call.
+
+    with RolloutService(cfg, rows).start() as rollout:
+        while batch := rollout.take(cfg.rollout.batch_groups):   # complete groups only
+            ...train...
+            rollout.push_weights("/ckpt/v1", version=1)          # between turns, nothing dropped
+
+A background thread dispatches groups as the scheduler allows and collects finished
+ones; the consumer only calls `take`. Thin glue: every decision is in schedule.py.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import ray
+
+from pipelines.config import Config
+from pipelines.errors import UserError
+from pipelines.models import resolve_model
+from pipelines.rollout.schedule import Limits, Scheduler
+from pipelines.rollout.trajectory import Group
+from pipelines.rollout.core import RolloutSpec
+from pipelines.rollout.worker import close_workers, start_workers
+
+
+def ensure_ray() -> None:
+    """Join RAY_ADDRESS's cluster or start a local one; workers can import from the cwd."""
+    if ray.is_initialized():
+        return
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=False)
+
+
+def limits_of(cfg: Config, workers: int) -> Limits:
+    r = cfg.rollout
+    per_worker = max(1, -(-r.loops_per_worker // r.group_size))
+    return Limits(workers, per_worker, r.buffer_groups, r.batch_groups, r.max_staleness, r.drop_equal_rewards)
+
+
+def failure_reason(err: BaseException) -> str:
+    cause = getattr(err, "cause", None) or err
+    lines = str(cause).strip().splitlines()
+    return f"{cause.__class__.__name__}: {lines[-1] if lines else ''}"
+
+
+class RolloutService:
+    def __init__(self, cfg: Config, rows: Iterable[Any], version: int = 0, weights: str | None = None,
+                 workers: list | None = None):
+        """workers: already started actors (start_workers) to reuse; the service then leaves them running."""
+        r = cfg.rollout
+        self.cfg = cfg
+        self.spec = RolloutSpec(r.temperature, r.top_p, r.reward)
+        self.sched = Scheduler(rows, r.group_size, limits_of(cfg, len(workers or []) or r.workers), version)
+        self.quarantine: list[tuple[str, str]] = []  # (sample_id, reason) of groups that failed
+        self.started_at = time.perf_counter()
+        self._policy = (weights, version)
+        self._cond = threading.Condition()
+        self._refs: dict[Any, tuple[str, int, int]] = {}  # ref -> (group_id, attempt, worker)
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._own = workers is None
+        self.workers: list = list(workers or [])
+
+    def start(self) -> RolloutService:
+        ensure_ray()
+        if self._own:
+            model_dir = str(resolve_model(self.cfg.model.path, self.cfg.home_path).absolute())
+            self.workers = start_workers(self.cfg, model_dir, self._policy[1], self._policy[0])
+        ray.get([w.ready.remote(*self._policy) for w in self.workers])
+        self.started_at = time.perf_counter()
+        self._thread = threading.Thread(target=self._pump, name="rollout-pump", daemon=True)
+        self._thread.start()
+        return self
+
+    def __enter__(self) -> RolloutService:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def take(self, n_groups: int, timeout: float | None = None) -> list[Group]:
+        """n complete groups (fewer only at the very end; [] when all work is done)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                groups = self.sched.take(n_groups)
+                if groups or (self.sched.finished and self.sched.buffered == 0):
+                    self._cond.notify_all()
+                    return groups
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"no batch of {n_groups} groups within {timeout} s")
+                self._cond.wait(0.5)
+
+    def push_weights(self, path: str, version: int) -> None:
+        """Every worker swaps to `path` between engine steps; in-flight loops continue."""
+        if version <= self._policy[1]:
+            raise UserError(f"weights '{path}': version {version} is not newer than {self._policy[1]}")
+        refs = [w.load_weights.remote(path, version) for w in self.workers]
+        with self._cond:
+            self._policy = (path, version)  # restarted workers catch up from here
+        for ref in refs:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                pass  # it restarts and loads this policy before its next group
+        with self._cond:
+            self.sched.version = version
+            self._cond.notify_all()
+
+    @property
+    def version(self) -> int:
+        return self.sched.version
+
+    def stats(self) -> dict:
+        with self._cond:
+            c = self.sched.counters
+            return {**vars(c), "in_flight": len(self.sched.in_flight), "buffered": self.sched.buffered,
+                    "loads": list(self.sched.loads), "quarantined": len(self.quarantine),
+                    "version": self.sched.version, "finished": self.sched.finished}
+
+    def worker_info(self) -> list[dict]:
+        return ray.get([w.info.remote() for w in self.workers])
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for ref in list(self._refs):
+            ray.cancel(ref)
+        self._refs.clear()
+        if self._own:
+            close_workers(self.workers)
+        self.workers = []
+
+    def _pump(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._cond:
+                    self._dispatch()
+                if not self._refs:
+                    with self._cond:
+                        self._cond.wait(0.05)
+                    continue
+                ready, _ = ray.wait(list(self._refs), num_returns=1, timeout=0.1)
+                if ready:
+                    ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
+                for ref in ready:
+                    self._collect(ref)
+        except BaseException as e:  # surfaced to the consumer by take()
+            with self._cond:
+                self._error = e
+                self._cond.notify_all()
+
+    def _dispatch(self) -> None:
+        weights, version = self._policy
+        while (assignment := self.sched.next_assignment()) is not None:
+            task, worker = assignment
+            ref = self.workers[worker].run_group.remote(task, self.spec, weights, version)
+            self._refs[ref] = (task.group_id, task.attempt, worker)
+
+    def _collect(self, ref) -> None:
+        group_id, attempt, _ = self._refs.pop(ref)
+        try:
+            group = ray.get(ref)
+        except ray.exceptions.RayActorError:
+            with self._cond:
+                self._retry_or_quarantine(group_id, attempt)
+            return
+        except ray.exceptions.RayTaskError as e:
+            with self._cond:
+                self._give_up(group_id, attempt, failure_reason(e))
+            return
+        with self._cond:
+            self.sched.on_result(group, attempt)
+            self._cond.notify_all()
+
+    def _retry_or_quarantine(self, group_id: str, attempt: int) -> None:
+        if attempt >= self.cfg.rollout.max_restarts:
+            self._give_up(group_id, attempt, f"its worker died {attempt + 1} times")
+        else:
+            self.sched.on_failure(group_id, attempt)
+        self._cond.notify_all()
+
+    def _give_up(self, group_id: str, attempt: int, reason: str) -> None:
+        flight = self.sched.in_flight.get(group_id)
+        if flight is not None and self.sched.on_error(group_id, attempt):
+            self.quarantine.append((flight.task.row.sample_id, reason))
+        self._cond.notify_all()
+
+
+def run_groups(cfg: Config, rows: Iterable[Any], group_size: int = 1, temperature: float = 0.0,
+               drop_equal_rewards: bool = False, workers: list | None = None,
+               quarantine: list | None = None) -> Iterator[Group]:
+    """Stream Groups for task rows through the rollout machinery (evaluation, inspection).
+
+    One policy, no learner, so no staleness bound. Groups arrive in completion order and
+    name their sample_id. workers: started actors to reuse (else the call starts and stops
+    its own). Rows that cannot run are not yielded; their (sample_id, reason) pairs are
+    appended to `quarantine` when given.
+    """
+    r = cfg.rollout.model_copy(update={"group_size": group_size, "temperature": temperature,
+                                       "drop_equal_rewards": drop_equal_rewards, "max_staleness": None})
+    service = RolloutService(cfg.model_copy(update={"rollout": r}), rows, workers=workers).start()
+    try:
+        while groups := service.take(1):
+            yield from groups
+    finally:
+        service.close()
+        if quarantine is not None:
+            quarantine.extend(service.quarantine)

@@ -1,0 +1,156 @@
+"""The trajectory contract between rollout and learner: typed, versioned records + their arrow schema.
+
+One Trajectory is one rollout of the memory agent over one question: several independent
+conversations (the memory turns and the final turn) that share one scalar reward. A Group
+holds the G rollouts of one question; the learner consumes complete groups only.
+
+Versioning: SCHEMA_VERSION changes whenever a field is added, removed or changes meaning;
+readers refuse rows of another version with a one-line error instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+
+from pipelines.errors import UserError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One conversation: only response tokens carry loss; logprobs are the behaviour policy's."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    is_final: bool
+    # Policy version when the turn was submitted; a weight push during the turn ends at version_end.
+    version: int
+    version_end: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    sample_id: str
+    group_id: str
+    index: int  # rollout index within its group
+    turns: list[Turn]
+    memory: list[str]  # the memory after each memory turn
+    answer: str
+    prediction: str | None  # last \boxed{} of the answer
+    reward: float  # the training verifier's (or the user's reward callable's)
+    accuracy: float  # lenient sub_em of the prediction (recall_all for all-of rows)
+    doc_tokens: int
+    seconds: float
+    worker: str
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def version_min(self) -> int:
+        return min(t.version for t in self.turns)
+
+    @property
+    def version_max(self) -> int:
+        return max(t.version_end for t in self.turns)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(len(t.response_ids) for t in self.turns)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The G rollouts of one question, complete. Advantages are computed within a group."""
+
+    group_id: str
+    sample_id: str
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    @property
+    def all_equal(self) -> bool:
+        r = self.rewards
+        return all(x == r[0] for x in r)
+
+    @property
+    def version_min(self) -> int:
+        return min(t.version_min for t in self.trajectories)
+
+    @property
+    def version_max(self) -> int:
+        return max(t.version_max for t in self.trajectories)
+
+
+TURN_TYPE = pa.struct([
+    ("prompt_ids", pa.list_(pa.int32())),
+    ("response_ids", pa.list_(pa.int32())),
+    ("logprobs", pa.list_(pa.float32())),
+    ("finish_reason", pa.string()),
+    ("is_final", pa.bool_()),
+    ("version", pa.int64()),
+    ("version_end", pa.int64()),
+    ("seconds", pa.float64()),
+])
+
+SCHEMA = pa.schema([
+    ("schema_version", pa.int32()),
+    ("sample_id", pa.string()),
+    ("group_id", pa.string()),
+    ("index", pa.int32()),
+    ("turns", pa.list_(TURN_TYPE)),
+    ("memory", pa.list_(pa.string())),
+    ("answer", pa.string()),
+    ("prediction", pa.string()),
+    ("reward", pa.float64()),
+    ("accuracy", pa.float64()),
+    ("doc_tokens", pa.int64()),
+    ("seconds", pa.float64()),
+    ("worker", pa.string()),
+    ("version_min", pa.int64()),
+    ("version_max", pa.int64()),
+], metadata={"memagent.trajectory.schema_version": str(SCHEMA_VERSION)})
+
+
+def to_row(t: Trajectory) -> dict:
+    row = asdict(t)
+    row["version_min"], row["version_max"] = t.version_min, t.version_max
+    return row
+
+
+def to_table(groups: list[Group]) -> pa.Table:
+    """One row per trajectory; a group's rows are contiguous."""
+    rows = [to_row(t) for g in groups for t in g.trajectories]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def from_row(row: dict) -> Trajectory:
+    version = row.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UserError(f"trajectory '{row.get('sample_id')}': schema_version {version}, "
+                        f"this code reads {SCHEMA_VERSION}")
+    fields = {k: v for k, v in row.items() if k not in ("version_min", "version_max")}
+    fields["turns"] = [Turn(**t) for t in fields["turns"]]
+    return Trajectory(**fields)
+
+
+def groups_from_table(table: pa.Table) -> Iterator[Group]:
+    """Regroup contiguous trajectory rows (as written by to_table) into Groups."""
+    current: Group | None = None
+    for row in table.to_pylist():
+        t = from_row(row)
+        if current is None or current.group_id != t.group_id:
+            if current is not None:
+                yield current
+            current = Group(t.group_id, t.sample_id, [])
+        current.trajectories.append(t)
+    if current is not None:
+        yield current

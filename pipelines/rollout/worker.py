@@ -1,0 +1,108 @@
+"""The rollout worker: an async Ray actor around WorkerCore. One engine per actor.
+
+Ray runs the actor's async methods on one event loop, so `run_group` calls for many
+groups and a `load_weights` push interleave: the push lands between engine steps and
+in-flight loops continue on the new weights. If the process dies, Ray restarts it
+(`max_restarts`); the service re-runs its unfinished groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import ray
+
+from pipelines.config import Config
+from pipelines.rollout.core import RolloutSpec, store_uri
+from pipelines.rollout.schedule import GroupTask
+from pipelines.rollout.trajectory import Group
+
+
+def process_rss(pid: int) -> int:
+    """RSS of a process and its children (the vLLM engine core runs in a child process)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+class RolloutWorker:
+    def __init__(self, cfg: Config, model_dir: str, name: str, version: int = 0, weights: str | None = None):
+        self.cfg, self.model_dir, self.name = cfg, model_dir, name
+        self.version, self.weights = version, weights
+        self.core = None
+        self._starting = asyncio.Lock()
+
+    async def ready(self, weights: str | None = None, version: int | None = None) -> dict:
+        """Start the engine (once; again after a restart) and catch up to the given policy."""
+        async with self._starting:
+            if self.core is None:
+                self.core = await asyncio.to_thread(self._build)
+                if self.weights:
+                    await self.core.engine.load_weights(self.weights, self.version)
+        if weights is not None and version is not None and version > self.version:
+            await self.load_weights(weights, version)
+        return await self.info()
+
+    def _build(self):
+        from pipelines.engine import create_engine
+        from pipelines.rollout.core import WorkerCore, open_store
+
+        engine = create_engine(self.model_dir, self.cfg.engine, self.version)
+        return WorkerCore(engine, self.cfg.agent, self.cfg.rollout.loops_per_worker, self.name, open_store(self.cfg))
+
+    async def run_group(self, task: GroupTask, spec: RolloutSpec, weights: str | None = None,
+                        version: int = 0) -> Group:
+        """Run one group; a restarted worker first catches up to the policy the call names."""
+        await self.ready(weights, version)
+        return await self.core.run_group(task, spec)
+
+    async def load_weights(self, path: str, version: int) -> int:
+        """Swap weights between engine steps; loops in flight keep going."""
+        if version <= self.version:
+            return self.version
+        self.weights, self.version = path, version
+        if self.core is not None:
+            await self.core.engine.load_weights(path, version)
+        return version
+
+    async def info(self) -> dict[str, Any]:
+        import psutil
+
+        children = [p.pid for p in psutil.Process().children(recursive=True)]
+        done = self.core.rollouts_done if self.core else 0
+        return {"name": self.name, "pid": os.getpid(), "children": children, "version": self.version,
+                "rss": process_rss(os.getpid()), "rollouts": done}
+
+    async def close(self) -> None:
+        if self.core is not None:
+            await self.core.engine.close()
+            self.core = None
+
+
+def start_workers(cfg: Config, model_dir: str, version: int = 0, weights: str | None = None) -> list:
+    """N worker actors; each restarts on death and runs many groups at once."""
+    r = cfg.rollout.model_copy(update={"store": store_uri(cfg)})  # resolved where the cwd is the user's
+    cfg = cfg.model_copy(update={"rollout": r})
+    actor = ray.remote(RolloutWorker).options(
+        num_cpus=r.worker_num_cpus, max_restarts=r.max_restarts, max_task_retries=0,
+        max_concurrency=max(1000, 4 * r.loops_per_worker))
+    return [actor.remote(cfg, model_dir, f"worker-{i}", version, weights) for i in range(r.workers)]
+
+
+def close_workers(workers: list) -> None:
+    """Stop each engine cleanly, then the actor (no restart)."""
+    for w in workers:
+        try:
+            ray.get(w.close.remote(), timeout=60)
+        except Exception:  # a dead or hung worker: killing it is all that is left to do
+            pass
+        ray.kill(w, no_restart=True)

@@ -1,0 +1,125 @@
+"""`memagent serve`: the Ray Serve application (gateway -> agent replicas, job manager).
+
+    MEMAGENT_SERVE_TOKEN=secret memagent serve --model smollm2 --store .memagent/store
+    curl -s localhost:8000/v1/answer -H "Authorization: Bearer secret" \\
+        -d '{"question": "What does the agent keep?", "uri": "'$PWD'/README.md"}'
+
+Binds 127.0.0.1 by default; any other address needs a token (env `serve.token_env`),
+which every call must then carry. Connects to RAY_ADDRESS when set, else starts Ray here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pipelines.config import Config
+from pipelines.errors import UserError
+from pipelines.serve.config import LOOPBACK
+
+FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_REGION", "AWS_DEFAULT_REGION", "MEMAGENT_HOME", "VLLM_LOGGING_LEVEL",
+                 "TOKENIZERS_PARALLELISM", "MLFLOW_TRACKING_URI")
+
+
+def state_dir(cfg: Config) -> str:
+    return cfg.serve.state_dir or str(cfg.home_path / "serve" / cfg.serve.app_name)
+
+
+def token_of(cfg: Config) -> str | None:
+    return os.environ.get(cfg.serve.token_env) or None
+
+
+def check_binding(host: str, token: str | None, token_env: str) -> None:
+    if host not in LOOPBACK and not token:
+        raise UserError(f"--host {host}: not a loopback address, so a bearer token is required "
+                        f"(set {token_env})")
+
+
+def absolute_ref(ref: str | None) -> str | None:
+    """Replicas run in other folders: a local path is made absolute here."""
+    if ref and "://" not in ref and ":/" not in ref and Path(ref).expanduser().exists():
+        return str(Path(ref).expanduser().resolve())
+    return ref
+
+
+def preflight(cfg: Config, model: str | None) -> None:
+    """Bad model or store references fail here, in one line, not in restarting replicas."""
+    from pipelines.models import resolve_model
+
+    resolve_model(absolute_ref(model or cfg.model.path), cfg.home_path)
+    if cfg.serve.store:
+        from pipelines.ingest.store import ChunkStore
+
+        ChunkStore(absolute_ref(cfg.serve.store))
+
+
+def build_app(cfg: Config, model: str | None = None):
+    from pipelines.serve.deployments import Agent, Jobs
+    from pipelines.serve.gateway import Gateway, GatewaySettings
+    from pipelines.serve.replica import ReplicaSettings
+
+    s = cfg.serve
+    serve_cfg = s.model_copy(update={"store": absolute_ref(s.store)})
+    settings = ReplicaSettings(absolute_ref(model or cfg.model.path), str(cfg.home_path), state_dir(cfg),
+                               cfg.engine, cfg.agent, serve_cfg)
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
+    agent = Agent.options(
+        num_replicas=s.replicas, max_ongoing_requests=s.max_ongoing_requests,
+        max_queued_requests=s.max_queued_requests,
+        ray_actor_options={"num_cpus": s.replica_cpus, "runtime_env": {"env_vars": env}},
+    ).bind(settings)
+    jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings)
+    gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg))
+    return Gateway.options(ray_actor_options=light, max_ongoing_requests=10_000).bind(agent, jobs, gateway)
+
+
+def start(cfg: Config, model: str | None = None, host: str | None = None, port: int | None = None) -> str:
+    """Start (or connect to) Ray, deploy the app, return its base URL once replicas are up."""
+    import ray
+    from ray import serve
+
+    host, port = host or cfg.serve.host, cfg.serve.port if port is None else port
+    check_binding(host, token_of(cfg), cfg.serve.token_env)
+    preflight(cfg, model)
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 **({} if address else {"num_cpus": os.cpu_count()}))
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(cfg, model), name=cfg.serve.app_name, route_prefix="/", blocking=False)
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+
+
+def stop(cfg: Config, shutdown_ray: bool = True) -> None:
+    import ray
+    from ray import serve
+
+    serve.shutdown()
+    if shutdown_ray:
+        ray.shutdown()
+
+
+def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> None:
+    url = start(cfg, model, host, port)
+    print(f"serving {model or cfg.model.path} at {url} (OpenAPI: {url}/docs); Ctrl-C stops", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        stop(cfg)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", help="model name, HF folder, s3:// checkpoint or models:/NAME/VERSION")
+    p.add_argument("--store", help="chunk store for doc_id documents (folder or s3://)")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+
+
+def run(cfg: Config, args) -> None:
+    if args.store:
+        cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
+    main(cfg, args.model, args.host, args.port)

@@ -1,0 +1,113 @@
+"""`memagent batch`: submit a batch QA job and follow it with a progress bar.
+
+    memagent batch --input questions.jsonl --output results/ --server http://127.0.0.1:8000
+    memagent batch --input s3://bucket/q.parquet --output s3://bucket/answers/   # starts the app here
+
+Input rows: `question` and one of `document` (or `context`), `doc_id`, `uri`; optional `id`.
+Without --server the same app starts in this process (same code path), runs the job, and
+stops. Running it again with the same input and output resumes from finished shards.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pipelines.config import Config
+from pipelines.errors import UserError
+
+TERMINAL = ("done", "failed", "cancelled")
+
+
+def absolute(uri: str) -> str:
+    return uri if "://" in uri else str(Path(uri).expanduser().absolute())
+
+
+class Client:
+    """The few HTTP calls a batch needs, with the token from the environment."""
+
+    def __init__(self, url: str, token: str | None, timeout: float = 60.0):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.url = url
+
+    def call(self, method: str, path: str, **kwargs) -> dict:
+        import httpx
+
+        try:
+            r = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as e:
+            raise UserError(f"server '{self.url}': unreachable ({e.__class__.__name__})") from None
+        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+        if r.status_code >= 400:
+            msg = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else r.text[:200]
+            raise UserError(f"server '{self.url}': {r.status_code} {msg}")
+        return body
+
+    def submit(self, input_uri: str, output_uri: str) -> str:
+        return self.call("POST", "/v1/jobs", json={"input": input_uri, "output": output_uri})["job_id"]
+
+    def status(self, job_id: str) -> dict:
+        return self.call("GET", f"/v1/jobs/{job_id}")
+
+
+def follow(client: Client, job_id: str, poll_s: float = 1.0) -> dict:
+    from tqdm import tqdm
+
+    bar = tqdm(desc=f"job {job_id}", unit="doc")
+    try:
+        while True:
+            st = client.status(job_id)
+            bar.total = st.get("total")
+            bar.n = st["done"]
+            bar.set_postfix(errors=st["errors"], docs_s=st["documents_per_s"], tok_s=st["tokens_per_s"])
+            bar.refresh()
+            if st["status"] in TERMINAL:
+                return st
+            time.sleep(poll_s)
+    finally:
+        bar.close()
+
+
+def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> dict:
+    input_uri, output_uri = absolute(input_uri), absolute(output_uri)
+    token = os.environ.get(cfg.serve.token_env) or None
+    if server:
+        return run_job(Client(server, token), input_uri, output_uri)
+    from pipelines.serve import app
+
+    url = app.start(cfg, port=_free_port())
+    try:
+        return run_job(Client(url, token), input_uri, output_uri)
+    finally:
+        app.stop(cfg)
+
+
+def run_job(client: Client, input_uri: str, output_uri: str) -> dict:
+    st = follow(client, client.submit(input_uri, output_uri))
+    print(f"job {st['job_id']}: {st['status']}, {st['done']}/{st['total']} rows, {st['errors']} errors "
+          f"-> {st['output']}")
+    if st["status"] != "done":
+        raise UserError(f"job {st['job_id']}: {st['status']} ({st['message']})")
+    return st
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--input", required=True, help="parquet/jsonl rows: file, folder or s3:// URI")
+    p.add_argument("--output", required=True, help="folder or s3:// prefix for the parquet shards")
+    p.add_argument("--server", help="URL of a running `memagent serve` (default: start one here)")
+
+
+def run(cfg: Config, args) -> None:
+    main(cfg, args.input, args.output, args.server)

@@ -1,0 +1,37 @@
+"""The `serve:` config section: where the app binds, how big it is, and its limits."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ServeConfig(BaseModel):
+    # Same rules as pipelines.config.Strict, declared here so either module can be imported first.
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    # The bearer token is read from this environment variable, never from a config file.
+    # Bound to a non-loopback host, the app refuses to start without it.
+    token_env: str = "MEMAGENT_SERVE_TOKEN"
+    app_name: str = "memagent"
+    # Chunk store for `doc_id` documents (local folder or s3://); None: doc_id is refused.
+    store: str | None = None
+    # Where job registry and the current model version live; "" -> HOME/serve.
+    state_dir: str = ""
+    replicas: int = Field(1, ge=1)
+    replica_cpus: float = Field(1.0, gt=0)
+    # Documents in flight per replica (each interleaves their turns on one engine).
+    max_ongoing_requests: int = Field(32, ge=1)
+    # Requests waiting per caller beyond that; then 503 with Retry-After.
+    max_queued_requests: int = Field(32, ge=0)
+    retry_after_s: int = Field(2, ge=1)
+    max_request_bytes: int = Field(8 << 20, gt=0)
+    max_doc_tokens: int = Field(4_000_000, gt=0)
+    chat_max_tokens: int = Field(1024, gt=0)
+    # Batch jobs: rows per output shard, shards processed at once, retries of a failed row.
+    shard_rows: int = Field(64, ge=1)
+    shards_in_flight: int = Field(2, ge=1)
+    row_attempts: int = Field(8, ge=1)

@@ -1,0 +1,62 @@
+"""Thin Ray Serve wrappers: the agent replicas (one engine each) and the job manager."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from ray import serve
+
+from pipelines.serve.manager import JobManager
+from pipelines.serve.replica import AgentCore, ReplicaSettings
+
+
+@serve.deployment(name="Agent")
+class Agent:
+    async def __init__(self, settings: ReplicaSettings):
+        # The engine is built on the replica's event loop, where its requests will run.
+        self.core = AgentCore.create(settings)
+
+    async def answer(self, req: dict) -> dict:
+        return await self.core.answer(req)
+
+    async def answer_row(self, row: dict) -> dict:
+        return await self.core.answer_row(row)
+
+    async def chat(self, body: dict) -> dict:
+        return await self.core.chat(body)
+
+    async def resolve(self, model: str) -> dict:
+        return await self.core.resolve(model)
+
+    async def reload(self, model: str, version: int) -> dict:
+        return await self.core.reload(model, version)
+
+    async def info(self) -> dict:
+        await self.core.sync_version()
+        return self.core.info()
+
+    async def __del__(self):
+        await self.core.close()
+
+
+@serve.deployment(name="Jobs", num_replicas=1)
+class Jobs:
+    async def __init__(self, agent, settings: ReplicaSettings):
+        self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings)
+        self._resume = asyncio.get_running_loop().create_task(self.manager.resume_all())
+
+    async def submit(self, input_uri: str, output_uri: str) -> dict:
+        return await self.manager.submit(input_uri, output_uri)
+
+    async def status(self, job_id: str) -> dict:
+        return await self.manager.status(job_id)
+
+    async def cancel(self, job_id: str) -> dict:
+        return await self.manager.cancel(job_id)
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "jobs": len(self.manager.jobs)}
+
+    async def __del__(self):
+        await self.manager.close()

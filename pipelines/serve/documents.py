@@ -1,0 +1,118 @@
+"""A request's document (inline text, chunk-store doc_id, or text URI) as token chunks.
+
+Checks that can fail cheaply run before the first turn (missing object, unknown doc_id,
+over the length limit where the length is known); a streamed URI is also capped while
+it is read, so no request can make a replica read without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from pipelines.agent.chunking import iter_chunks, iter_token_blocks
+from pipelines.agent.codec import ChatCodec
+from pipelines.errors import UserError
+from pipelines.serve.schema import ServeError
+from pipelines.storage import file_info, read_text_blocks
+
+# A UTF-8 token is rarely longer than this many bytes: larger objects fail before reading.
+MAX_BYTES_PER_TOKEN = 16
+
+
+@dataclass(frozen=True)
+class DocLimits:
+    chunk_size: int
+    max_doc_tokens: int
+
+
+def capped(chunks: Iterable[list[int]], limit: int, name: str) -> Iterator[list[int]]:
+    seen = 0
+    for chunk in chunks:
+        seen += len(chunk)
+        if seen > limit:
+            raise ServeError(f"{name}: longer than max_doc_tokens={limit}", 413)
+        yield chunk
+
+
+class Documents:
+    """Resolves document references for one replica; the chunk store opens on first use."""
+
+    def __init__(self, codec: ChatCodec, limits: DocLimits, store_uri: str | None):
+        self.codec, self.limits, self.store_uri = codec, limits, store_uri
+        self._store = None
+
+    def store(self):
+        if not self.store_uri:
+            raise ServeError("doc_id: this deployment has no chunk store (start it with --store)", 400)
+        if self._store is None:
+            from pipelines.ingest.store import ChunkStore
+
+            self._store = ChunkStore(self.store_uri)
+        return self._store
+
+    def chunks(self, document: str | None = None, doc_id: str | None = None,
+               uri: str | None = None) -> Iterator[list[int]]:
+        if document is not None:
+            return self.text_chunks(document)
+        if doc_id is not None:
+            return self.store_chunks(doc_id)
+        if uri is not None:
+            return self.uri_chunks(uri)
+        raise ServeError("document: give one of document, doc_id, uri", 422)
+
+    def text_chunks(self, text: str) -> Iterator[list[int]]:
+        if not text.strip():
+            raise ServeError("document: empty", 400)
+        ids = self.codec.encode(text)
+        if len(ids) > self.limits.max_doc_tokens:
+            raise ServeError(f"document: {len(ids)} tokens > max_doc_tokens={self.limits.max_doc_tokens}", 413)
+        return iter_chunks([ids], self.limits.chunk_size)
+
+    def store_chunks(self, doc_id: str) -> Iterator[list[int]]:
+        store = self.store()
+        try:
+            if not store.has(doc_id):
+                raise ServeError(f"doc_id '{doc_id}': not in store '{self.store_uri}'", 404)
+            n_tokens = store.info(doc_id).n_tokens
+        except ServeError:
+            raise
+        except UserError as e:
+            raise ServeError(str(e), 400) from None
+        if n_tokens > self.limits.max_doc_tokens:
+            raise ServeError(f"doc_id '{doc_id}': {n_tokens} tokens > max_doc_tokens="
+                             f"{self.limits.max_doc_tokens}", 413)
+        return self._store_iter(store, doc_id)
+
+    def _store_iter(self, store, doc_id: str) -> Iterator[list[int]]:
+        try:
+            from pipelines.ingest.tasks import TaskRow, task_chunks
+        except ImportError:  # the task contract is not there yet: re-slice the stored ids
+            return iter_chunks(store.iter_chunk_ids(doc_id), self.limits.chunk_size)
+        row = TaskRow(sample_id=doc_id, question="", answers=[], answer_kind="one_of", doc_id=doc_id,
+                      context=None, doc_tokens=0, task="serve", split="serve")
+        return task_chunks(row, store, self.codec, self.limits.chunk_size)
+
+    def uri_chunks(self, uri: str) -> Iterator[list[int]]:
+        limit = self.limits.max_doc_tokens
+        try:
+            info = file_info(uri)
+            if info.size and info.size > limit * MAX_BYTES_PER_TOKEN:
+                raise ServeError(f"uri '{uri}': {info.size} bytes, over max_doc_tokens={limit}", 413)
+            blocks = read_text_blocks(uri)
+            first = next(blocks, "")
+        except ServeError:
+            raise
+        except UserError as e:
+            raise ServeError(f"uri: {e}", 400) from None
+        except OSError as e:
+            raise ServeError(f"uri '{uri}': unreadable ({str(e).splitlines()[0] if str(e) else e})", 400) from None
+        if info.size == 0:
+            raise ServeError(f"uri '{uri}': empty", 400)
+        tokens = iter_token_blocks(_prepend(first, blocks), self.codec.encode)
+        return capped(iter_chunks(tokens, self.limits.chunk_size), limit, f"uri '{uri}'")
+
+
+def _prepend(first: str, rest: Iterator[str]) -> Iterator[str]:
+    yield first
+    yield from rest

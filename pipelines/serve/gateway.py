@@ -1,0 +1,155 @@
+"""The HTTP face of the app (FastAPI inside Ray Serve): auth, limits, routes.
+
+Every route checks the bearer token (when one is configured), reads the body with a size
+limit and validates it, then hands the work to the agent replicas or the job manager
+through Serve handles. Every failure is a 4xx/5xx with one line:
+`{"error": {"message": ..., "type": ..., "code": status}}` (the OpenAI error shape).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, ServeError, parse_body
+
+app = FastAPI(title="memagent serve", version="1",
+              description="MemAgent memory agents: answers over documents of any length, batch QA jobs, "
+                          "and an OpenAI-compatible chat endpoint.")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    token: str | None
+    max_request_bytes: int
+    retry_after_s: int
+    state_dir: str
+
+
+def body_doc(model) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def error_response(message: str, status: int, headers: dict | None = None) -> JSONResponse:
+    kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+            413: "request_too_large", 503: "overloaded"}.get(status, "invalid_request_error")
+    if status >= 500 and status != 503:
+        kind = "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status, headers=headers)
+
+
+async def read_limited(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ServeError(f"request body: {declared} bytes > limit of {limit}", 413)
+    body = bytearray()
+    async for piece in request.stream():
+        body.extend(piece)
+        if len(body) > limit:
+            raise ServeError(f"request body: over the limit of {limit} bytes", 413)
+    return bytes(body)
+
+
+@serve.deployment(name="Gateway")
+@serve.ingress(app)
+class Gateway:
+    def __init__(self, agent, jobs, settings: GatewaySettings):
+        self.agent, self.jobs, self.s = agent, jobs, settings
+
+    def _auth(self, request: Request, admin: bool = False) -> None:
+        if self.s.token is None:
+            if admin:
+                raise ServeError("admin: no token configured; set one to allow reloads", 403)
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.s.token}".encode()):
+            raise ServeError("authorization: missing or wrong bearer token", 401)
+
+    async def _call(self, request: Request, work, model=None, admin: bool = False) -> JSONResponse:
+        from ray.exceptions import RayActorError
+        from ray.serve.exceptions import BackPressureError
+
+        retry = {"Retry-After": str(self.s.retry_after_s)}
+        try:
+            self._auth(request, admin)
+            body = parse_body(await read_limited(request, self.s.max_request_bytes), model,
+                              self.s.max_request_bytes) if model else None
+            out, status = await work(body)
+        except ServeError as e:
+            headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+            return error_response(str(e), e.status, headers)
+        except BackPressureError:
+            return error_response("overloaded: too many requests in flight; retry later", 503, retry)
+        except RayActorError as e:
+            return error_response(f"replica unavailable ({e.__class__.__name__}); retry later", 503, retry)
+        if isinstance(out, dict) and "error" in out and "status" in out:
+            return error_response(out["error"], out["status"])
+        return JSONResponse(out, status)
+
+    @app.get("/healthz")
+    async def healthz(self, request: Request):
+        async def work(_):
+            return {"status": "ok"}, 200
+        return await self._call(request, work)
+
+    @app.get("/v1/models")
+    async def models(self, request: Request):
+        async def work(_):
+            info = await self.agent.info.remote()
+            card = {"id": info["model"], "object": "model", "created": int(time.time()),
+                    "owned_by": "memagent", "version": info["version"]}
+            return {"object": "list", "data": [card]}, 200
+        return await self._call(request, work)
+
+    @app.post("/v1/answer", openapi_extra=body_doc(AnswerRequest))
+    async def answer(self, request: Request):
+        async def work(body: AnswerRequest):
+            return await self.agent.answer.remote(body.model_dump()), 200
+        return await self._call(request, work, AnswerRequest)
+
+    @app.post("/v1/chat/completions", openapi_extra=body_doc(ChatRequest))
+    async def chat(self, request: Request):
+        async def work(body: ChatRequest):
+            return await self.agent.chat.remote(body.model_dump()), 200
+        return await self._call(request, work, ChatRequest)
+
+    @app.post("/v1/jobs", openapi_extra=body_doc(JobRequest))
+    async def submit(self, request: Request):
+        async def work(body: JobRequest):
+            return await self.jobs.submit.remote(body.input, body.output), 202
+        return await self._call(request, work, JobRequest)
+
+    @app.get("/v1/jobs/{job_id}")
+    async def job(self, job_id: str, request: Request):
+        async def work(_):
+            return await self.jobs.status.remote(job_id), 200
+        return await self._call(request, work)
+
+    @app.delete("/v1/jobs/{job_id}")
+    async def cancel(self, job_id: str, request: Request):
+        async def work(_):
+            return await self.jobs.cancel.remote(job_id), 200
+        return await self._call(request, work)
+
+    @app.post("/v1/admin/reload", openapi_extra=body_doc(ReloadRequest))
+    async def reload(self, request: Request):
+        return await self._call(request, self._reload, ReloadRequest, admin=True)
+
+    async def _reload(self, body: ReloadRequest):
+        """Check the model on one replica, record it (restarts load it), then swap it in on all."""
+        from pipelines.serve.state import read_model_state, write_model_state
+
+        checked = await self.agent.resolve.remote(body.model)
+        if "error" in checked:
+            return checked, 400
+        current = read_model_state(self.s.state_dir)
+        live = await self.agent.info.remote()
+        version = body.version or max(live["version"], current[1] if current else 0) + 1
+        write_model_state(self.s.state_dir, body.model, version)
+        replicas = await self.agent.broadcast("reload", body.model, version).results_async()
+        return {"model": body.model, "version": version, "replicas": replicas}, 200

@@ -1,0 +1,190 @@
+"""Batch jobs: stream input rows in shards, answer them, write one parquet shard per input shard.
+
+Shard k holds input rows [k*S, (k+1)*S) and is written whole (temporary name, then
+rename; on S3 an object appears only when complete), so a restarted job skips the
+shards that exist and redoes the rest: no duplicate and no missing row. The job's
+settings and progress live next to the output in `_job.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipelines.errors import UserError
+from pipelines.serve.state import join, read_json, write_json
+from pipelines.storage import first_line, resolve
+
+STATE_FILE = "_job.json"
+SHARD = re.compile(r"^part-(\d{6})\.parquet$")
+INPUT_SUFFIXES = (".parquet", ".jsonl")
+OUTPUT_SCHEMA = pa.schema([
+    ("id", pa.string()), ("question", pa.string()), ("doc_id", pa.string()), ("answer", pa.string()),
+    ("prediction", pa.string()), ("memory", pa.list_(pa.string())), ("turns", pa.int32()),
+    ("tokens", pa.int64()), ("seconds", pa.float64()), ("model_version", pa.int64()), ("error", pa.string()),
+])
+Answer = Callable[[dict], Awaitable[dict]]
+
+
+def job_id_for(input_uri: str, output_uri: str) -> str:
+    """Same input and output -> same job: submitting it again resumes it."""
+    return hashlib.sha1(f"{input_uri}\n{output_uri}".encode()).hexdigest()[:16]
+
+
+def input_files(uri: str) -> list[tuple[pafs.FileSystem, str]]:
+    fs, path = resolve(uri)
+    try:
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            found = [path]
+        elif info.type == pafs.FileType.Directory:
+            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            found = sorted(i.path for i in infos if i.type == pafs.FileType.File
+                           and i.base_name.endswith(INPUT_SUFFIXES) and not i.base_name.startswith(("_", ".")))
+        else:
+            raise UserError(f"input '{uri}': no such file or folder")
+    except OSError as e:
+        raise UserError(f"input '{uri}': unreadable ({first_line(e)})") from None
+    if not found:
+        raise UserError(f"input '{uri}': no .parquet or .jsonl files")
+    bad = [p for p in found if not p.endswith(INPUT_SUFFIXES)]
+    if bad:
+        raise UserError(f"input '{uri}': expected .parquet or .jsonl rows, got '{bad[0]}'")
+    return [(fs, p) for p in found]
+
+
+def iter_rows(uri: str, batch_rows: int = 256) -> Iterator[dict]:
+    """Every input row in order, streamed; a malformed JSON line becomes a row with `error`."""
+    for fs, path in input_files(uri):
+        if path.endswith(".parquet"):
+            with fs.open_input_file(path) as f:
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows):
+                    yield from batch.to_pylist()
+            continue
+        with fs.open_input_stream(path) as raw:
+            for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"), 1):
+                if line.strip():
+                    yield _json_row(line, f"{path}:{n}")
+
+
+def _json_row(line: str, where: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return {"error": f"{where}: malformed JSON"}
+    return row if isinstance(row, dict) else {"error": f"{where}: expected a JSON object"}
+
+
+def count_rows(uri: str) -> int:
+    total = 0
+    for fs, path in input_files(uri):
+        if path.endswith(".parquet"):
+            with fs.open_input_file(path) as f:
+                total += pq.ParquetFile(f).metadata.num_rows
+        else:
+            with fs.open_input_stream(path) as raw:
+                total += sum(1 for line in io.TextIOWrapper(raw, encoding="utf-8", errors="replace") if line.strip())
+    return total
+
+
+def request_of(row: dict, index: int) -> dict:
+    """An input row (batch columns, or the task-row contract) -> what a replica answers."""
+    rid = row.get("id", row.get("sample_id"))
+    req = {"id": str(index if rid is None else rid), "question": row.get("question"),
+           "document": row.get("document", row.get("context")), "doc_id": row.get("doc_id"),
+           "uri": row.get("uri"), "error": row.get("error")}
+    if req["error"]:
+        return req
+    if not isinstance(req["question"], str) or not req["question"].strip():
+        req["error"] = "question: missing or empty"
+    elif sum(req[k] is not None for k in ("document", "doc_id", "uri")) != 1:
+        req["error"] = "row: give exactly one of document (or context), doc_id, uri"
+    return req
+
+
+def iter_shards(rows: Iterator[dict], shard_rows: int) -> Iterator[tuple[int, list[dict]]]:
+    shard: list[dict] = []
+    index = 0
+    for row in rows:
+        shard.append(request_of(row, index))
+        index += 1
+        if len(shard) == shard_rows:
+            yield index // shard_rows - 1, shard
+            shard = []
+    if shard:
+        yield (index - 1) // shard_rows, shard
+
+
+def shard_name(k: int) -> str:
+    return f"part-{k:06d}.parquet"
+
+
+def finished_shards(output: str) -> dict[int, str]:
+    fs, path = resolve(output)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return {int(m.group(1)): i.path for i in infos if (m := SHARD.match(i.base_name))}
+
+
+def write_shard(output: str, k: int, rows: list[dict]) -> None:
+    fs, path = resolve(output)
+    fs.create_dir(path, recursive=True)
+    table = pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)
+    final = f"{path}/{shard_name(k)}"
+    if isinstance(fs, pafs.LocalFileSystem):
+        tmp = f"{path}/.{shard_name(k)}.tmp"
+        pq.write_table(table, tmp, filesystem=fs)
+        fs.move(tmp, final)
+    else:
+        pq.write_table(table, final, filesystem=fs)
+
+
+def shard_counts(fs: pafs.FileSystem, path: str) -> tuple[int, int, int]:
+    """(rows, errors, tokens) of a finished shard, from its two small columns."""
+    table = pq.read_table(path, columns=["error", "tokens"], filesystem=fs)
+    return table.num_rows, table.num_rows - table["error"].null_count, int(pc.sum(table["tokens"]).as_py() or 0)
+
+
+@dataclass
+class JobState:
+    job_id: str
+    input: str
+    output: str
+    shard_rows: int
+    status: str = "queued"  # queued, running, done, failed, cancelled
+    total: int | None = None
+    done: int = 0
+    errors: int = 0
+    tokens: int = 0
+    message: str = ""
+    run_done: int = 0
+    run_tokens: int = 0
+    run_seconds: float = 0.0
+    updated: float = field(default_factory=time.time)
+
+    def public(self) -> dict:
+        secs = max(self.run_seconds, 1e-9)
+        return {"job_id": self.job_id, "status": self.status, "done": self.done, "total": self.total,
+                "errors": self.errors, "tokens": self.tokens, "input": self.input, "output": self.output,
+                "documents_per_s": round(self.run_done / secs, 4), "tokens_per_s": round(self.run_tokens / secs, 2),
+                "message": self.message}
+
+
+def load_state(output: str) -> JobState | None:
+    data = read_json(join(output, STATE_FILE))
+    return JobState(**data) if data else None
+
+
+def save_state(state: JobState) -> None:
+    state.updated = time.time()
+    write_json(join(state.output, STATE_FILE), asdict(state))

@@ -1,0 +1,174 @@
+"""One replica's work: an engine and the memory loops of many documents running on it.
+
+Every request is an `AgentLoop` driven as its own coroutine on the replica's engine, so
+the turns of all documents in flight interleave in the engine's batch. Plain class:
+`deployments.Agent` wraps it for Ray Serve; it never raises for bad input, it returns
+`{"error": reason, "status": code}` (a dict crosses process boundaries cleanly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.agent.codec import ChatCodec
+from pipelines.ask import eval_sampling, make_loop
+from pipelines.config import AgentConfig, EngineConfig
+from pipelines.engine import GenRequest, Sampling, create_engine
+from pipelines.engine.driver import run_loop
+from pipelines.errors import UserError
+from pipelines.models import resolve_model
+from pipelines.serve.config import ServeConfig
+from pipelines.serve.documents import DocLimits, Documents
+from pipelines.serve.schema import DOC_FIELDS, ChatRequest, ServeError
+from pipelines.serve.state import read_model_state
+from pipelines.storage import first_line
+
+
+VERSION_CHECK_S = 2.0
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    model: str
+    home: str
+    state_dir: str
+    engine: EngineConfig
+    agent: AgentConfig
+    serve: ServeConfig
+
+
+def error_dict(e: BaseException) -> dict:
+    if isinstance(e, ServeError):
+        return e.as_dict()
+    if isinstance(e, UserError):
+        return {"error": str(e), "status": 400}
+    return {"error": f"internal error: {e.__class__.__name__}: {first_line(e)}", "status": 500}
+
+
+class AgentCore:
+    def __init__(self, settings: ReplicaSettings, engine, model: str):
+        self.settings, self.engine, self.model = settings, engine, model
+        self.codec = ChatCodec(engine.tokenizer)
+        limits = DocLimits(settings.agent.chunk_size, settings.serve.max_doc_tokens)
+        self.docs = Documents(self.codec, limits, settings.serve.store)
+        self.ongoing = 0
+        self._checked = time.monotonic()
+        self._reload_lock = asyncio.Lock()
+
+    @classmethod
+    def create(cls, settings: ReplicaSettings) -> "AgentCore":
+        """Serves the last reloaded version if there was one, else the configured model."""
+        model, version = read_model_state(settings.state_dir) or (settings.model, 0)
+        model_dir = resolve_model(model, _home(settings))
+        return cls(settings, create_engine(str(model_dir), settings.engine, version), model)
+
+    async def sync_version(self) -> None:
+        """Catch up with a reload this replica missed (it was restarting when it was broadcast)."""
+        now = time.monotonic()
+        if now - self._checked < VERSION_CHECK_S:
+            return
+        self._checked = now
+        latest = await asyncio.to_thread(read_model_state, self.settings.state_dir)
+        if latest and latest[1] > self.engine.version:
+            await self.reload(*latest)
+
+    async def _run(self, question: str, doc: dict) -> dict:
+        await self.sync_version()
+        self.ongoing += 1
+        try:
+            chunks = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
+            loop = make_loop(question, chunks, self.codec, self.settings.agent)
+            start = time.perf_counter()
+            result = await run_loop(self.engine, loop, eval_sampling(self.settings.agent))
+            return {"answer": result.answer, "prediction": result.prediction, "turns": result.turns,
+                    "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
+                    "model_version": self.engine.version, "memory": result.memory}
+        finally:
+            self.ongoing -= 1
+
+    async def answer(self, req: dict) -> dict:
+        """/v1/answer: the body was validated by the gateway."""
+        try:
+            out = await self._run(req["question"], req)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
+            return error_dict(e)
+        if not req.get("show_memory"):
+            out.pop("memory")
+        return out
+
+    async def answer_row(self, row: dict) -> dict:
+        """A batch row -> its output row; a failing document gets its reason in `error`."""
+        out = {"id": row["id"], "question": row.get("question"), "doc_id": row.get("doc_id"),
+               "answer": None, "prediction": None, "memory": None, "turns": 0, "tokens": 0,
+               "seconds": 0.0, "model_version": self.engine.version, "error": row.get("error")}
+        if out["error"]:
+            return out
+        try:
+            res = await self._run(row["question"], row)
+        except Exception as e:  # noqa: BLE001
+            out["error"] = error_dict(e)["error"]
+            return out
+        out.update(answer=res["answer"], prediction=res["prediction"], memory=res["memory"],
+                   turns=res["turns"], tokens=res["doc_tokens"], seconds=res["seconds"],
+                   model_version=res["model_version"])
+        return out
+
+    async def chat(self, body: dict) -> dict:
+        """OpenAI chat completion straight to the engine: no memory loop."""
+        try:
+            req = ChatRequest.model_validate(body)
+            prompt = self.codec.encode_chat([m.model_dump() for m in req.messages])
+            room = self.settings.engine.max_model_len - len(prompt)
+            if room <= 0:
+                raise ServeError(f"messages: {len(prompt)} tokens leave no room in max_model_len="
+                                 f"{self.settings.engine.max_model_len}", 400)
+            wanted = req.max_completion_tokens or req.max_tokens or self.settings.serve.chat_max_tokens
+            sampling = Sampling(max_tokens=min(wanted, room), temperature=req.temperature, top_p=req.top_p,
+                                seed=req.seed)
+            out = await self.engine.generate(GenRequest(sampling, prompt_ids=prompt))
+        except Exception as e:  # noqa: BLE001
+            return error_dict(e)
+        return chat_completion(self.model, req.model, out, len(prompt), self.engine.version)
+
+    async def resolve(self, model: str) -> dict:
+        """Checks (and fetches) a model reference before any replica is told to load it."""
+        try:
+            path = await asyncio.to_thread(resolve_model, model, _home(self.settings))
+        except Exception as e:  # noqa: BLE001
+            return error_dict(e)
+        return {"model": model, "path": str(path)}
+
+    async def reload(self, model: str, version: int) -> dict:
+        """Swap weights in place; requests in flight keep going (their later turns use the new ones)."""
+        async with self._reload_lock:
+            if version > self.engine.version:
+                path = await asyncio.to_thread(resolve_model, model, _home(self.settings))
+                await self.engine.load_weights(str(path), version)
+                self.model = model
+        return self.info()
+
+    def info(self) -> dict:
+        return {"model": self.model, "version": self.engine.version, "pid": os.getpid(),
+                "ongoing": self.ongoing}
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+
+def _home(settings: ReplicaSettings) -> Path:
+    return Path(settings.home)
+
+
+def chat_completion(served: str, asked: str | None, out, n_prompt: int, version: int) -> dict:
+    return {
+        "id": f"chatcmpl-{os.getpid()}-{time.monotonic_ns()}", "object": "chat.completion",
+        "created": int(time.time()), "model": asked or served, "system_fingerprint": f"v{version}",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text},
+                     "finish_reason": out.finish_reason, "logprobs": None}],
+        "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(out.token_ids),
+                  "total_tokens": n_prompt + len(out.token_ids)},
+    }

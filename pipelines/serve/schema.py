@@ -1,0 +1,114 @@
+"""HTTP request bodies and the one-line error every bad input gets.
+
+Bodies are parsed by hand (size check, JSON, then these models) so that each failure,
+including malformed JSON, answers with a 4xx and one line naming the input.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pipelines.errors import UserError
+
+DOC_FIELDS = ("document", "doc_id", "uri")
+
+
+class ServeError(UserError):
+    """Bad input with its HTTP status; crosses process boundaries as a plain dict."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+    def as_dict(self) -> dict:
+        return {"error": str(self), "status": self.status}
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AnswerRequest(Body):
+    question: str = Field(min_length=1)
+    document: str | None = None
+    doc_id: str | None = None
+    uri: str | None = None
+    show_memory: bool = False
+
+    @model_validator(mode="after")
+    def one_document(self):
+        given = [f for f in DOC_FIELDS if getattr(self, f) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of document, doc_id, uri (got {len(given)})")
+        if not self.question.strip():
+            raise ValueError("question: empty")
+        return self
+
+
+class JobRequest(Body):
+    input: str = Field(min_length=1)
+    output: str = Field(min_length=1)
+
+
+class ReloadRequest(Body):
+    model: str = Field(min_length=1)
+    version: int | None = Field(None, ge=1)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    role: str
+    content: str
+
+
+class ChatRequest(BaseModel):
+    """The OpenAI chat body; fields a client may send but that change nothing here are allowed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+    stop: str | list[str] | None = None
+
+    @model_validator(mode="after")
+    def supported(self):
+        if self.n != 1:
+            raise ValueError("n: only n=1 is supported")
+        if self.stream:
+            raise ValueError("stream: streaming is not supported")
+        if self.stop:
+            raise ValueError("stop: stop sequences are not supported")
+        return self
+
+
+def validation_reason(err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = "missing" if first["type"] == "missing" else first["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def parse_body(raw: bytes, model: type[BaseModel], limit: int) -> Any:
+    """bytes -> validated model, or ServeError (413 too large, 400 malformed, 422 invalid)."""
+    if len(raw) > limit:
+        raise ServeError(f"request body: {len(raw)} bytes > limit of {limit}", 413)
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ServeError(f"request body: malformed JSON ({e.__class__.__name__} at position "
+                         f"{getattr(e, 'pos', getattr(e, 'start', 0))})", 400) from None
+    if not isinstance(data, dict):
+        raise ServeError("request body: expected a JSON object", 400)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ServeError(validation_reason(e), 422) from None

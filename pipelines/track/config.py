@@ -1,0 +1,21 @@
+"""The `track:` config section. Its own strict base: importing pipelines.config here would cycle."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    # Off: every command uses the NullTracker (dry runs, non-zero ranks).
+    enabled: bool = True
+    # None: MLFLOW_TRACKING_URI, else sqlite:///HOME/mlflow.db.
+    tracking_uri: str | None = None
+    experiment: str = "memagent"
+    # Artifact root for a newly created experiment (e.g. s3://bucket/artifacts). None: the
+    # server's default, or HOME/mlartifacts for a local sqlite store.
+    artifact_location: str | None = None
+    # A server that is down must not stall a run: few retries, short timeouts, then degrade.
+    http_retries: int = Field(1, ge=0)
+    http_timeout_s: int = Field(10, gt=0)

@@ -1,0 +1,66 @@
+"""Every metric name any stage logs, in one place, so MLflow dashboards stay one family.
+
+Names are `{stage}/{what}`: MLflow's UI groups charts by the prefix before the first '/'.
+A stage logs only names declared here; `check_names` catches drift in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# ingest
+INGEST_DOCUMENTS = "ingest/documents"
+INGEST_CHUNKS = "ingest/chunks"
+INGEST_TOKENS = "ingest/tokens"
+INGEST_QUARANTINED = "ingest/quarantined"
+INGEST_TOKENS_PER_S = "ingest/tokens_per_s"
+INGEST = (INGEST_DOCUMENTS, INGEST_CHUNKS, INGEST_TOKENS, INGEST_QUARANTINED, INGEST_TOKENS_PER_S)
+
+# rollout: values come from pipelines.rollout's `rollout_metrics(groups) -> dict`
+ROLLOUT_REWARD_MEAN = "rollout/reward_mean"
+ROLLOUT_REWARD_STD = "rollout/reward_std"
+ROLLOUT_ACCURACY = "rollout/accuracy"  # lenient sub_em of the final answers
+ROLLOUT_FILTERED_GROUPS = "rollout/filtered_groups"  # groups with all-equal rewards (dropped)
+ROLLOUT_TURNS = "rollout/turns"
+ROLLOUT_MEMORY_TOKENS = "rollout/memory_tokens"
+ROLLOUT_RESPONSE_TOKENS = "rollout/response_tokens"
+ROLLOUT_TOKENS_PER_S = "rollout/tokens_per_s"
+ROLLOUT_STALENESS = "rollout/staleness"  # policy versions behind the learner
+ROLLOUT = (ROLLOUT_REWARD_MEAN, ROLLOUT_REWARD_STD, ROLLOUT_ACCURACY, ROLLOUT_FILTERED_GROUPS,
+           ROLLOUT_TURNS, ROLLOUT_MEMORY_TOKENS, ROLLOUT_RESPONSE_TOKENS, ROLLOUT_TOKENS_PER_S,
+           ROLLOUT_STALENESS)
+
+# training (reserved for the learner)
+TRAIN_LOSS = "train/loss"
+TRAIN_KL = "train/kl"
+TRAIN_CLIP_LOW = "train/clip_low"  # fraction of tokens clipped at 1 - eps_low
+TRAIN_CLIP_HIGH = "train/clip_high"  # fraction clipped at 1 + eps_high
+TRAIN_LR = "train/lr"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_TOKENS_PER_S = "train/tokens_per_s"
+TRAIN_WEIGHT_PUSH_S = "train/weight_push_s"
+TRAIN = (TRAIN_LOSS, TRAIN_KL, TRAIN_CLIP_LOW, TRAIN_CLIP_HIGH, TRAIN_LR, TRAIN_GRAD_NORM,
+         TRAIN_TOKENS_PER_S, TRAIN_WEIGHT_PUSH_S)
+
+# serve (batch jobs)
+SERVE_DOCUMENTS = "serve/documents"
+SERVE_FAILED = "serve/failed"
+SERVE_TOKENS_PER_S = "serve/tokens_per_s"
+SERVE = (SERVE_DOCUMENTS, SERVE_FAILED, SERVE_TOKENS_PER_S)
+
+# eval: per task and length; the memory agent without a method segment, baselines with one
+EVAL_SCORES = ("sub_em", "em", "f1")
+EVAL_METHOD_MAIN = "memagent"
+
+
+def eval_metric(task: str, length: str, score: str, method: str = EVAL_METHOD_MAIN) -> str:
+    """eval/{task}/{length}/{score} for the memory agent, eval/{task}/{length}/{method}/{score} else."""
+    if method == EVAL_METHOD_MAIN:
+        return f"eval/{task}/{length}/{score}"
+    return f"eval/{task}/{length}/{method}/{score}"
+
+
+def check_names(names: Iterable[str], allowed: Iterable[str]) -> list[str]:
+    """Names not declared for a stage (empty when all are known)."""
+    allowed = set(allowed)
+    return sorted(n for n in names if n not in allowed)

@@ -1,0 +1,163 @@
+"""The MLflow model registry: register a model folder as a version, and fetch `models:/` refs.
+
+    memagent model register --model smollm2 --name memagent-smollm2 --metrics out/summary.json --alias champion
+    memagent ask --doc d.txt --question q model.path=models:/memagent-smollm2@champion
+
+A reference is `models:/NAME/VERSION`, `models:/NAME/latest` or `models:/NAME@ALIAS`.
+Fetched versions are cached under HOME/cache/registry (a version never changes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.errors import UserError
+from pipelines.track.config import TrackConfig
+from pipelines.track.redact import env_secrets, redact
+from pipelines.track.tracker import MlflowTracker, default_tracking_uri, git_commit, prepare_environment
+
+_REF = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+|latest)|@(?P<alias>[\w.-]+))$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    name: str
+    version: str | None  # a number or "latest"
+    alias: str | None
+
+
+def parse_models_uri(ref: str) -> ModelRef:
+    """models:/NAME/VERSION | models:/NAME/latest | models:/NAME@ALIAS, else a one-line error."""
+    m = _REF.match(ref.strip())
+    if not m:
+        raise UserError(f"model '{ref}': expected models:/NAME/VERSION, models:/NAME/latest or models:/NAME@ALIAS")
+    return ModelRef(m.group("name"), m.group("version"), m.group("alias"))
+
+
+def _client(uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _fail(ref: str, uri: str, err: Exception) -> UserError:
+    first = (str(err).strip().splitlines() or [err.__class__.__name__])[0][:300]
+    return UserError(redact(f"model '{ref}': {first} (tracking at {uri})", env_secrets()))
+
+
+def resolve_version(client, ref: ModelRef) -> str:
+    if ref.alias:
+        return str(client.get_model_version_by_alias(ref.name, ref.alias).version)
+    if ref.version == "latest":
+        versions = client.search_model_versions(f"name='{ref.name}'")
+        if not versions:
+            raise LookupError(f"registered model '{ref.name}' has no versions")
+        return str(max(int(v.version) for v in versions))
+    return ref.version
+
+
+def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
+    """A local HF folder for a registered model version (downloaded once, then cached)."""
+    parsed = parse_models_uri(ref)
+    prepare_environment(TrackConfig())
+    uri = uri or default_tracking_uri(home)
+    client = _client(uri)
+    try:
+        version = resolve_version(client, parsed)
+        dest = home / "cache" / "registry" / parsed.name / version
+        if (dest / "config.json").is_file():
+            return dest
+        source = client.get_model_version(parsed.name, version).source
+        tmp = dest.with_name(f"{version}.downloading")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        from mlflow.artifacts import download_artifacts
+
+        got = Path(download_artifacts(artifact_uri=source, dst_path=str(tmp), tracking_uri=uri))
+    except UserError:
+        raise
+    except Exception as e:
+        raise _fail(ref, redact(uri), e) from None
+    shutil.rmtree(dest, ignore_errors=True)
+    got.rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
+                   metrics: dict[str, float] | None = None, alias: str | None = None,
+                   tags: dict[str, str] | None = None) -> str:
+    """Log the folder as a run's artifact, register it as a new version; returns models:/NAME/V."""
+    prepare_environment(track)
+    uri = default_tracking_uri(home, track)
+    artifacts = track.artifact_location
+    if artifacts is None and uri.startswith("sqlite:"):
+        artifacts = (home.absolute() / "mlartifacts").as_uri()
+    tracker = MlflowTracker(uri, track.experiment, artifacts, home / "tracking-spool")
+    client = tracker.client
+    try:
+        run = client.create_run(tracker.experiment_id(), run_name=f"register-{name}",
+                                tags={"command": "model register", "git_commit": git_commit() or "",
+                                      **(tags or {})})
+        run_id = run.info.run_id
+        client.log_artifacts(run_id, str(model_dir), "model")
+        if metrics:
+            from mlflow.entities import Metric
+
+            client.log_batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()])
+        client.set_terminated(run_id)
+        _ensure_registered(client, name)
+        mv = client.create_model_version(name, f"{run.info.artifact_uri}/model", run_id=run_id,
+                                         tags={k: str(v) for k, v in (metrics or {}).items()})
+        if alias:
+            client.set_registered_model_alias(name, alias, mv.version)
+    except Exception as e:
+        raise _fail(f"models:/{name}", redact(uri), e) from None
+    return f"models:/{name}/{mv.version}"
+
+
+def _ensure_registered(client, name: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name)
+    except MlflowException as e:
+        if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code) and "already exists" not in str(e):
+            raise
+
+
+def read_metrics_file(path: str) -> dict[str, float]:
+    """A flat {name: number} JSON (e.g. an eval's summary.json `metrics`)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"metrics '{path}': cannot read JSON ({e.__class__.__name__})") from None
+    data = data.get("metrics", data) if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
+        raise UserError(f"metrics '{path}': expected a JSON object of numbers (or one under 'metrics')")
+    return {k: float(v) for k, v in data.items()}
+
+
+def add_register_parser(sub):
+    """`memagent model register`: the sub-parser, added by pipelines.models."""
+    reg = sub.add_parser("register", help="log a model folder and register it as a new version in MLflow")
+    reg.add_argument("--model", required=True, help="model reference (store name, folder, s3://)")
+    reg.add_argument("--name", required=True, help="registered model name")
+    reg.add_argument("--metrics", help="JSON of eval metrics to attach (e.g. an eval's summary.json)")
+    reg.add_argument("--alias", help="alias to point at the new version, e.g. champion")
+    return reg
+
+
+def run_register(cfg, args) -> str:
+    from pipelines.models import resolve_model
+
+    folder = resolve_model(args.model, cfg.home_path)
+    metrics = read_metrics_file(args.metrics) if args.metrics else None
+    ref = register_model(folder, args.name, cfg.home_path, cfg.track, metrics, args.alias,
+                         tags={"model": args.model})
+    print(f"registered {args.model} -> {ref}" + (f" (alias {args.alias})" if args.alias else ""))
+    return ref

@@ -1,0 +1,89 @@
+"""Pure pieces of the ladder: lengths, intervals, truncation, table layout, cell plan."""
+
+import math
+
+import pytest
+
+from pipelines.errors import UserError
+from pipelines.eval.baselines import head_tail
+from pipelines.eval.report import flat_metrics, format_table
+from pipelines.eval.results import summarize
+from pipelines.eval.rows import nearest_length
+from pipelines.eval.stats import mean_ci, parse_length
+
+
+def test_parse_length():
+    assert parse_length("8K") == 8192
+    assert parse_length("128k") == 131072
+    assert parse_length("1M") == 1048576
+    assert parse_length("3000") == 3000
+    for bad in ("", "8KB", "-1K", "0", "K"):
+        with pytest.raises(UserError, match="length"):
+            parse_length(bad)
+
+
+def test_mean_ci_binary_is_wilson():
+    mean, lo, hi = mean_ci([1, 0, 0, 0])  # p=0.25, n=4: Wilson 95% = [0.0456, 0.6994]
+    assert mean == 0.25
+    assert lo == pytest.approx(0.0456, abs=1e-3) and hi == pytest.approx(0.6994, abs=1e-3)
+    mean, lo, hi = mean_ci([0.0] * 10)  # all wrong: the interval still admits some accuracy
+    assert (mean, lo) == (0.0, 0.0) and hi == pytest.approx(0.2775, abs=1e-3)
+
+
+def test_mean_ci_fractional_is_normal():
+    mean, lo, hi = mean_ci([0.5, 0.7])  # sd = 0.1414, se = 0.1, half = 0.196
+    assert mean == pytest.approx(0.6)
+    assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.796, abs=1e-3)
+    assert all(math.isnan(x) for x in mean_ci([]))
+
+
+def test_head_tail_keeps_both_ends_streamed():
+    chunks = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10]]
+    assert head_tail(chunks, 4) == ([1, 2, 9, 10], 10)
+    assert head_tail(chunks, 5) == ([1, 2, 8, 9, 10], 10)
+    assert head_tail(chunks, 20) == (list(range(1, 11)), 10)
+    assert head_tail([[1, 2]], 2) == ([1, 2], 2)
+
+
+def test_nearest_length_on_log_scale():
+    lengths = ["4K", "8K", "16K"]
+    assert nearest_length(3000, lengths) == "4K"
+    assert nearest_length(6000, lengths) == "8K"
+    assert nearest_length(12000, lengths) == "16K"
+    assert nearest_length(100000, lengths) == "16K"
+
+
+def rec(sub_em, error=None, truncated=False):
+    return {"sub_em": sub_em, "em": sub_em, "f1": sub_em, "error": error, "truncated": truncated, "turns": 3}
+
+
+def test_summarize_and_table_layout():
+    summary = {
+        ("niah", "4K", "memagent"): summarize([rec(1.0), rec(0.0)]),
+        ("niah", "4K", "full"): summarize([rec(1.0), rec(0.0, error="exceeds window")]),
+        ("niah", "8K", "memagent"): summarize([rec(0.0), rec(0.0)]),
+    }
+    assert summary[("niah", "4K", "memagent")]["sub_em"] == 0.5
+    assert summary[("niah", "4K", "full")]["na"] and summary[("niah", "4K", "full")]["errors"] == 1
+    table = format_table(summary, ["niah"], ["4K", "8K"], ["memagent", "full"])
+    lines = table.splitlines()
+    assert lines[2] == "| method | 4K | 8K |"
+    assert lines[4].startswith("| MemAgent (memory loop) | 50.0 [") and lines[4].endswith("| 0.0 [0.0, 65.8] |")
+    assert lines[5] == "| full document | n/a | - |"
+    assert flat_metrics(summary) == {"eval/niah/4K/sub_em": 0.5, "eval/niah/4K/em": 0.5, "eval/niah/4K/f1": 0.5,
+                                     "eval/niah/8K/sub_em": 0.0, "eval/niah/8K/em": 0.0, "eval/niah/8K/f1": 0.0}
+
+
+def test_budgets_checked_before_any_engine_starts():
+    from pipelines.config import load_config
+    from pipelines.eval.ladder import check_budgets, plan
+
+    with pytest.raises(UserError, match="eval.window=9000: larger than engine.max_model_len=8192"):
+        check_budgets(load_config(None, ["eval.window=9000"]))
+    with pytest.raises(UserError, match="a memory turn would not fit"):
+        check_budgets(load_config(None, ["agent.chunk_size=8000"]))
+    with pytest.raises(UserError, match="length '8KB'"):
+        plan(load_config(None, ["eval.lengths=[8KB]"]))
+    cfg = load_config(None, ["eval.tasks=[a, b]", "eval.lengths=[1K, 2K]", "eval.methods=[memagent]"])
+    assert plan(cfg) == [("a", "1K", "memagent"), ("a", "2K", "memagent"), ("b", "1K", "memagent"),
+                         ("b", "2K", "memagent")]

@@ -1,0 +1,254 @@
+"""The Serve app end to end over HTTP: vLLM CPU engines (2 replicas), a real chunk store,
+SeaweedFS for s3:// documents, the openai client, a batch job that survives killed processes,
+a weight reload under traffic, and every bad-input and auth rule. One app for the module."""
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.config import load_config
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "test-token"
+N_DOCS, N_ROWS = 10, 50
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def needle_doc(i: int) -> str:
+    return "The grass is green. The sky is blue. " * (14 + 2 * i) + f"The code of box {i} is {7000 + i}. " \
+        + "Here we go. " * 10
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, smollm2_dir, home):
+    from pipelines.ingest.config import IngestConfig
+    from pipelines.ingest.pipeline import ingest
+
+    root = tmp_path_factory.mktemp("serve-store")
+    (root / "src").mkdir()
+    with open(root / "src" / "docs.jsonl", "w") as f:
+        for i in range(N_DOCS):
+            f.write(json.dumps({"id": f"doc-{i}", "text": needle_doc(i)}) + "\n")
+    ingest(str(root / "src"), str(root / "store"), IngestConfig(runner="local", chunk_size=128),
+           str(smollm2_dir), home)
+    return str(root / "store")
+
+
+@pytest.fixture(scope="module")
+def served(s3, store, tmp_path_factory):
+    import ray
+
+    from pipelines.serve import app
+
+    state = tmp_path_factory.mktemp("serve-state")
+    os.environ["MEMAGENT_SERVE_TOKEN"] = TOKEN
+    cfg = load_config(overrides=[
+        "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=16",
+        "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
+        "serve.replicas=2", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=4",
+        "serve.max_queued_requests=2", "serve.retry_after_s=1", "serve.shard_rows=8", "serve.max_doc_tokens=2000",
+        f"serve.store={store}", f"serve.state_dir={state}"])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        url = app.start(cfg, port=free_port())
+        yield cfg, url
+    finally:
+        app.stop(cfg)
+        os.environ.pop("MEMAGENT_SERVE_TOKEN", None)
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    with httpx.Client(base_url=served[1], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300) as c:
+        yield c
+
+
+def check_answer(out: dict, memory: bool) -> None:
+    assert isinstance(out["answer"], str) and out["turns"] >= 2 and out["doc_tokens"] > 0
+    assert out["prediction"] is None or "\\boxed{" + out["prediction"] + "}" in out["answer"]
+    assert out["seconds"] > 0 and isinstance(out["model_version"], int)
+    assert ("memory" in out) == memory
+    if memory:
+        assert len(out["memory"]) == out["turns"] - 1
+
+
+def test_answer_from_text_doc_id_and_s3_uri(client, s3, tokenizer):
+    text = needle_doc(3)
+    n_tokens = len(tokenizer.encode(text, add_special_tokens=False))
+    out = client.post("/v1/answer", json={"question": "What is the code of box 3?", "document": text,
+                                          "show_memory": True}).json()
+    check_answer(out, memory=True)
+    assert out["doc_tokens"] == n_tokens and out["turns"] == -(-n_tokens // 128) + 1
+    by_id = client.post("/v1/answer", json={"question": "What is the code of box 3?", "doc_id": "doc-3"}).json()
+    check_answer(by_id, memory=False)
+    assert by_id["doc_tokens"] == n_tokens
+    s3.client().put_object(Bucket="memagent-test", Key="serve/doc3.txt", Body=text.encode())
+    by_uri = client.post("/v1/answer", json={"question": "What is the code of box 3?",
+                                             "uri": "s3://memagent-test/serve/doc3.txt"}).json()
+    check_answer(by_uri, memory=False)
+    assert by_uri["doc_tokens"] == n_tokens
+
+
+def test_bad_inputs_get_a_4xx_with_one_line(client, served):
+    big = "word " * (served[0].serve.max_request_bytes // 5 + 10)
+    cases = [
+        (dict(content=b'{"question": "q", "document": '), 400, "malformed JSON"),
+        (dict(json={"document": "some text"}), 422, "question: missing"),
+        (dict(json={"question": "q", "doc_id": "no-such-doc"}), 404, "doc_id 'no-such-doc': not in store"),
+        (dict(json={"question": "q", "uri": "s3://memagent-test/serve/missing.txt"}), 400, "no such file"),
+        (dict(json={"question": "q", "document": big}), 413, "request body"),
+    ]
+    for kwargs, status, reason in cases:
+        r = client.post("/v1/answer", **kwargs)
+        assert r.status_code == status, (kwargs.keys(), r.text[:300])
+        msg = r.json()["error"]["message"]
+        assert reason in msg and "\n" not in msg
+    over = client.post("/v1/answer", json={"question": "q", "document": "word " * 3000})
+    assert over.status_code == 413 and "max_doc_tokens=2000" in over.json()["error"]["message"]
+
+
+def test_auth_is_required_on_every_route(served):
+    url = served[1]
+    for method, path in [("GET", "/healthz"), ("GET", "/v1/models"), ("POST", "/v1/answer"),
+                         ("POST", "/v1/chat/completions"), ("GET", "/v1/jobs/abc"), ("POST", "/v1/admin/reload")]:
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = httpx.request(method, url + path, headers=headers, json={})
+            assert r.status_code == 401, (path, r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(url + "/healthz", headers={"Authorization": f"Bearer {TOKEN}"}).json() == {"status": "ok"}
+
+
+def test_serve_refuses_a_public_address_without_token():
+    proc = run_cli("serve", "--host", "0.0.0.0", env={"MEMAGENT_SERVE_TOKEN": ""}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("memagent: error: --host 0.0.0.0: not a loopback")
+
+
+def test_openai_client_models_and_chat(served):
+    from openai import OpenAI
+
+    oa = OpenAI(base_url=served[1] + "/v1", api_key=TOKEN)
+    models = oa.models.list().data
+    assert len(models) == 1 and models[0].id
+    out = oa.chat.completions.create(model=models[0].id, max_tokens=8, temperature=0,
+                                     messages=[{"role": "user", "content": "Name a colour."}])
+    assert out.choices[0].message.role == "assistant" and isinstance(out.choices[0].message.content, str)
+    assert 0 < out.usage.completion_tokens <= 8 and out.usage.prompt_tokens > 0
+    spec = httpx.get(served[1] + "/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert {"/v1/answer", "/v1/jobs", "/v1/chat/completions", "/v1/admin/reload"} <= set(spec["paths"])
+
+
+def test_overload_answers_503_with_retry_after(client):
+    def call(results):
+        r = client.post("/v1/answer", json={"question": "What is the code of box 0?", "doc_id": "doc-0"})
+        results.append((r.status_code, r.headers.get("retry-after"), r.json()))
+
+    results: list = []
+    threads = [threading.Thread(target=call, args=(results,)) for _ in range(14)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = [c for c, _, _ in results]
+    assert set(codes) <= {200, 503} and codes.count(200) >= 8 and codes.count(503) >= 1
+    assert all(h == "1" and "overloaded" in body["error"]["message"] for c, h, body in results if c == 503)
+
+
+def serve_pids(cfg, name: str) -> list[int]:
+    from ray import serve
+
+    return [r["pid"] for r in serve.get_deployment_handle(name, cfg.serve.app_name).broadcast("info").results()]
+
+
+def kill_tree(pid: int) -> None:
+    proc = psutil.Process(pid)
+    for p in [*proc.children(recursive=True), proc]:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def wait_job(client, job_id: str, until, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = client.get(f"/v1/jobs/{job_id}")
+        if r.status_code == 200 and until(r.json()):
+            return r.json()
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id}: not there in {timeout} s")
+
+
+def test_batch_job_survives_killed_replica_and_job_manager(client, served, tmp_path):
+    cfg = served[0]
+    rows = [{"id": f"q{i}", "question": f"What is the code of box {i % N_DOCS}?", "doc_id": f"doc-{i % N_DOCS}"}
+            for i in range(N_ROWS)] + [{"id": "bad", "question": "q", "doc_id": "no-such-doc"}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "questions.parquet")
+    body = {"input": str(tmp_path / "questions.parquet"), "output": str(tmp_path / "answers")}
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job_id"]
+    wait_job(client, job_id, lambda s: s["done"] >= 8)
+    victim = serve_pids(cfg, "Agent")[0]
+    kill_tree(victim)
+    for pid in serve_pids(cfg, "Jobs"):
+        kill_tree(pid)
+    final = wait_job(client, job_id, lambda s: s["status"] in ("done", "failed"))
+    assert final["status"] == "done", final
+    assert final["done"] == final["total"] == len(rows) and final["errors"] >= 1
+    out = pq.read_table(tmp_path / "answers")
+    assert sorted(out.column("id").to_pylist()) == sorted(r["id"] for r in rows)  # one-to-one, no duplicates
+    by_id = {r["id"]: r for r in out.to_pylist()}
+    assert "not in store" in by_id["bad"]["error"]
+    good = [by_id[r["id"]] for r in rows[:-1]]
+    assert all(g["error"] is None and g["turns"] >= 2 and g["tokens"] > 0 and len(g["memory"]) == g["turns"] - 1
+               for g in good)
+    assert all(g["doc_id"] == r["doc_id"] and g["question"] == r["question"] for g, r in zip(good, rows))
+    assert client.post("/v1/jobs", json=body).json() == {"job_id": job_id, "status": "done"}
+
+
+def test_reload_mid_traffic_drops_nothing(client, served, smollm2_dir, tmp_path):
+    new = tmp_path / "checkpoint-2"
+    new.mkdir()
+    for f in Path(smollm2_dir).iterdir():
+        (new / f.name).symlink_to(f)
+    before = client.get("/v1/models").json()["data"][0]["version"]
+    results: list = []
+
+    def call():
+        r = client.post("/v1/answer", json={"question": "What is the code of box 0?", "doc_id": "doc-0"})
+        results.append(r)
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    bad = client.post("/v1/admin/reload", json={"model": str(tmp_path / "nope")})
+    assert bad.status_code == 400 and "no such folder" in bad.json()["error"]["message"]
+    r = client.post("/v1/admin/reload", json={"model": str(new)})
+    assert r.status_code == 200, r.text
+    version = r.json()["version"]
+    assert version == before + 1
+    for t in threads:
+        t.join()
+    assert [x.status_code for x in results] == [200] * 6, [x.text[:200] for x in results]
+    assert client.get("/v1/models").json()["data"][0]["version"] == version
+    after = client.post("/v1/answer", json={"question": "q?", "doc_id": "doc-0"}).json()
+    assert after["model_version"] == version

@@ -1,0 +1,128 @@
+"""Serve's pure parts, no Ray and no engine: body parsing, documents, batch shards, resumption."""
+
+import asyncio
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.agent.codec import ChatCodec
+from pipelines.serve.app import check_binding
+from pipelines.serve.documents import DocLimits, Documents
+from pipelines.serve.jobs import (JobState, count_rows, finished_shards, iter_rows, iter_shards, job_id_for,
+                                  load_state, request_of)
+from pipelines.serve.runner import JobRunner
+from pipelines.serve.schema import AnswerRequest, ChatRequest, ServeError, parse_body
+from pipelines.errors import UserError
+
+
+@pytest.mark.parametrize("raw,status,reason", [
+    (b"{not json", 400, "malformed JSON"),
+    (b"[1, 2]", 400, "expected a JSON object"),
+    (b'{"document": "x"}', 422, "question: missing"),
+    (b'{"question": "q"}', 422, "exactly one of document, doc_id, uri"),
+    (b'{"question": "q", "document": "d", "uri": "/x"}', 422, "exactly one of"),
+    (b'{"question": "  ", "document": "d"}', 422, "question: empty"),
+    (b'{"question": "q", "document": "d", "colour": 1}', 422, "colour"),
+    (b'{"question": "q", "document": "' + b"x" * 200 + b'"}', 413, "limit of 100"),
+])
+def test_answer_body_errors_are_one_line(raw, status, reason):
+    with pytest.raises(ServeError) as e:
+        parse_body(raw, AnswerRequest, limit=100)
+    assert e.value.status == status
+    assert reason in str(e.value) and "\n" not in str(e.value)
+
+
+def test_chat_body_accepts_openai_fields_and_refuses_unsupported_ones():
+    ok = parse_body(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": 4, "user": "u1"}).encode(), ChatRequest, 10_000)
+    assert ok.max_tokens == 4 and ok.messages[0].content == "hi"
+    for extra, reason in [({"stream": True}, "stream"), ({"n": 2}, "n:"), ({"stop": ["x"]}, "stop")]:
+        body = {"messages": [{"role": "user", "content": "hi"}], **extra}
+        with pytest.raises(ServeError, match=reason):
+            parse_body(json.dumps(body).encode(), ChatRequest, 10_000)
+
+
+def test_non_loopback_needs_a_token():
+    check_binding("127.0.0.1", None, "T")
+    check_binding("0.0.0.0", "secret", "T")
+    with pytest.raises(UserError, match="--host 0.0.0.0: .*token.*set T"):
+        check_binding("0.0.0.0", None, "T")
+
+
+def test_documents_text_uri_and_limits(tmp_path, tokenizer):
+    docs = Documents(ChatCodec(tokenizer), DocLimits(chunk_size=16, max_doc_tokens=100), store_uri=None)
+    text = "The grass is green. " * 10
+    chunks = list(docs.chunks(document=text))
+    assert sum(chunks, []) == tokenizer.encode(text, add_special_tokens=False)
+    assert all(len(c) == 16 for c in chunks[:-1])
+    (tmp_path / "d.txt").write_text(text)
+    assert list(docs.chunks(uri=str(tmp_path / "d.txt"))) == chunks
+    cases = [(dict(document="word " * 500), 413, "max_doc_tokens=100"),
+             (dict(document="   "), 400, "empty"),
+             (dict(uri=str(tmp_path / "missing.txt")), 400, "no such file"),
+             (dict(doc_id="d1"), 400, "no chunk store")]
+    (tmp_path / "long.txt").write_text("word " * 300)  # under the byte pre-check, over in tokens
+    for kwargs, status, reason in cases:
+        with pytest.raises(ServeError, match=reason) as e:
+            list(docs.chunks(**kwargs))
+        assert e.value.status == status
+    with pytest.raises(ServeError, match="longer than max_doc_tokens") as e:
+        list(docs.chunks(uri=str(tmp_path / "long.txt")))
+    assert e.value.status == 413
+
+
+def test_rows_from_jsonl_and_parquet_with_task_row_columns(tmp_path):
+    lines = [json.dumps({"id": "a", "question": "q1", "document": "d"}), "{broken",
+             json.dumps({"sample_id": "s", "question": "q2", "context": "c"}),
+             json.dumps({"question": "", "doc_id": "x"}), json.dumps({"question": "q3"})]
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n\n")
+    rows = [request_of(r, i) for i, r in enumerate(iter_rows(str(tmp_path / "rows.jsonl")))]
+    assert [r["id"] for r in rows] == ["a", "1", "s", "3", "4"]
+    assert rows[0]["error"] is None and rows[2]["document"] == "c" and rows[2]["error"] is None
+    assert "rows.jsonl:2: malformed JSON" in rows[1]["error"]
+    assert rows[3]["error"] == "question: missing or empty"
+    assert "exactly one of" in rows[4]["error"]
+    pq.write_table(pa.Table.from_pylist([{"question": f"q{i}", "doc_id": f"d{i}"} for i in range(7)]),
+                   tmp_path / "rows.parquet")
+    assert count_rows(str(tmp_path / "rows.parquet")) == 7
+    shards = list(iter_shards(iter_rows(str(tmp_path / "rows.parquet"), batch_rows=2), 3))
+    assert [(k, [r["id"] for r in s]) for k, s in shards] == [(0, ["0", "1", "2"]), (1, ["3", "4", "5"]), (2, ["6"])]
+    with pytest.raises(UserError, match="no such file or folder"):
+        list(iter_rows(str(tmp_path / "nope")))
+
+
+async def _echo(row: dict) -> dict:
+    await asyncio.sleep(0)
+    return {"id": row["id"], "question": row["question"], "doc_id": row["doc_id"], "answer": "a",
+            "prediction": None, "memory": ["m"], "turns": 2, "tokens": 10, "seconds": 0.1,
+            "model_version": 0, "error": row["error"]}
+
+
+def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
+    """A job stopped after some shards redoes only the missing ones."""
+    src, out = tmp_path / "in.jsonl", str(tmp_path / "out")
+    src.write_text("".join(json.dumps({"id": f"r{i}", "question": "q", "document": "d"}) + "\n" for i in range(23)))
+    calls: list[str] = []
+
+    async def answer(row):
+        calls.append(row["id"])
+        if len(calls) > 12 and not resumed:
+            raise asyncio.CancelledError  # the "app" dies mid-job
+        return await _echo(row)
+
+    state = JobState(job_id_for(str(src), out), str(src), out, shard_rows=5)
+    resumed = False
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(JobRunner(state, answer, rows_in_flight=3, shards_in_flight=1).run())
+    assert load_state(out).status == "interrupted"
+    first = set(finished_shards(out))
+    assert first and first != {0, 1, 2, 3, 4}
+    resumed, calls[:] = True, []
+    final = asyncio.run(JobRunner(load_state(out), answer, rows_in_flight=3, shards_in_flight=2).run())
+    assert final.status == "done" and final.done == final.total == 23
+    assert not {c for c in calls} & {f"r{i}" for k in first for i in range(k * 5, k * 5 + 5)}
+    ids = pq.read_table(out).column("id").to_pylist()
+    assert sorted(ids) == sorted(f"r{i}" for i in range(23))
+    assert load_state(out).public()["done"] == 23
