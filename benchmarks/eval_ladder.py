@@ -1,8 +1,9 @@
 """Evaluation ladder benchmark: accuracy against document length, the memory agent beside the
 no-memory truncation baseline, both on the same model and the same context window.
 
-    .venv/bin/python benchmarks/eval_ladder.py --quick     # 2 tasks x 2K,4K x n=4, ~3 min on 2 cores
+    .venv/bin/python benchmarks/eval_ladder.py --quick     # 2 tasks x 1K,2K x n=4, a few minutes on 2 cores
     .venv/bin/python benchmarks/eval_ladder.py             # 2 tasks x 4K..64K x n=64 (hours on CPU)
+    .venv/bin/python benchmarks/eval_ladder.py --lengths 4K,8K,16K --n 8   # a custom rung set
 
 Both methods see at most `window` tokens per call: the agent reads the document a chunk at a
 time, the baseline keeps what fits (head and tail). The figure is how much accuracy each
@@ -13,6 +14,7 @@ Last line: {"table": {task: {length: sub_em}}, "drop_memagent": ..., "drop_trunc
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -28,7 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from pipelines.config import load_config  # noqa: E402
 from pipelines.eval.ladder import main as eval_main  # noqa: E402
 
-QUICK = dict(lengths="2K,4K", n=4, chunk=1024, memory=32, final=32)
+QUICK = dict(lengths="1K,2K", n=4, chunk=512, memory=32, final=32)
 FULL = dict(lengths="4K,8K,16K,32K,64K", n=64, chunk=2048, memory=128, final=64)
 
 
@@ -55,13 +57,16 @@ def main() -> None:
     p.add_argument("--tasks", default="hotpotqa, niah_single")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kv-gib", type=int, default=2)
-    p.add_argument("--out", default=None, help="results folder (default: HOME/bench/eval_ladder-quick|full)")
+    p.add_argument("--lengths", help="override the preset's lengths, e.g. 4K,8K,16K")
+    p.add_argument("--n", type=int, help="override the preset's questions per cell")
+    p.add_argument("--out", default=None, help="results folder (default: HOME/bench/eval_ladder-<settings hash>)")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     args = p.parse_args()
-    size = QUICK if args.quick else FULL
+    size = {**(QUICK if args.quick else FULL), **{k: v for k, v in (("lengths", args.lengths), ("n", args.n)) if v}}
     cfg = load_config(None, overrides(size, args))
-    if args.out is None:
-        args.out = str(cfg.home_path / "bench" / f"eval_ladder-{'quick' if args.quick else 'full'}")
+    if args.out is None:  # one folder per setting, so a re-run resumes and a new setting starts fresh
+        digest = hashlib.sha1(json.dumps(overrides(size, args)).encode()).hexdigest()[:10]
+        args.out = str(cfg.home_path / "bench" / f"eval_ladder-{digest}")
         cfg = load_config(None, overrides(size, args))
     print("command: .venv/bin/python " + " ".join(shlex.quote(a) for a in sys.argv))
     start = time.perf_counter()

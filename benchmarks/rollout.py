@@ -28,7 +28,7 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.ask import make_loop
@@ -54,7 +54,7 @@ class Size:
     rss_rollouts: int
 
 
-QUICK = Size(questions=8, group=4, chunk=128, memory=16, final=8, capacity=16, sequential=2, rss_rollouts=100)
+QUICK = Size(questions=6, group=4, chunk=128, memory=16, final=8, capacity=12, sequential=2, rss_rollouts=60)
 FULL = Size(questions=32, group=4, chunk=256, memory=48, final=32, capacity=32, sequential=4, rss_rollouts=1000)
 
 
@@ -138,10 +138,12 @@ async def ceiling(engine, groups, agent) -> int:
     return sum(len(o.token_ids) for o in outs)
 
 
-async def timed(coro) -> tuple[object, float]:
+async def timed(coro, label: str) -> tuple[object, float]:
     start = time.perf_counter()
     result = await coro
-    return result, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    print(f"  {label}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    return result, seconds
 
 
 async def rss_over_rollouts(core: WorkerCore, rows: list[TaskRow], n: int, pid: int) -> list[int]:
@@ -164,12 +166,13 @@ async def bench(args, size: Size) -> dict:
         core = WorkerCore(engine, cfg.agent, loops=size.capacity, name="bench")
         rows = workload(core.codec, size, args.seed)
         await ours(core, rows[:1], 1, "-warmup")
-        groups, t_c = await timed(ours(core, rows, size.group))
+        groups, t_c = await timed(ours(core, rows, size.group), "(c) ours")
         tok_c = sum(t.response_tokens for g in groups for t in g.trajectories)
-        tok_b, t_b = await timed(step_sync(engine, core, rows, size.group, size.capacity))
-        tok_d, t_d = await timed(ceiling(engine, groups, cfg.agent))
-        tok_a, t_a = await timed(sequential(engine, core, rows, size.sequential))
-        rss = await rss_over_rollouts(core, rows, size.rss_rollouts, os.getpid())
+        tok_b, t_b = await timed(step_sync(engine, core, rows, size.group, size.capacity), "(b) step-synchronous")
+        tok_d, t_d = await timed(ceiling(engine, groups, cfg.agent), "(d) ceiling")
+        tok_a, t_a = await timed(sequential(engine, core, rows, size.sequential), "(a) sequential")
+        short = workload(core.codec, replace(size, questions=50), args.seed + 1, max_chunks=2)
+        rss = await rss_over_rollouts(core, short, size.rss_rollouts, os.getpid())
     finally:
         await engine.close()
     rates = {"a": tok_a / t_a, "b": tok_b / t_b, "c": tok_c / t_c, "d": tok_d / t_d}

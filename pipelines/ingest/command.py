@@ -27,7 +27,7 @@ def run(cfg, args) -> None:
     store = args.store or cfg.ingest.store
     summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path)
     for example in summary.examples:
-        print(f"quarantined: {example}")
+        print(example)
     print(json.dumps(asdict(summary)) if args.json else summary.line())
     if summary.objects and summary.documents == 0 and summary.already == 0:
         raise UserError(f"source '{args.source}': nothing could be ingested "

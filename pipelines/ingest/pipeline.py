@@ -9,6 +9,7 @@ file; its old file leaves the live view in the same commit and is then deleted.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ from pipelines.ingest.manifest import REFUSED, Manifest, ManifestView, ObjectEnt
 from pipelines.ingest.sources import SourceObject, list_sources
 from pipelines.ingest.store import chunk_path, index_path
 from pipelines.ingest.worker import ObjectIngester, ObjectResult
-from pipelines.storage import resolve
+from pipelines.storage import is_s3, resolve
 
 
 @dataclass
@@ -47,7 +48,8 @@ class Committer:
 
     def __init__(self, manifest: Manifest, view: ManifestView, fs, root: str, every_s: float):
         self.manifest, self.view, self.fs, self.root, self.every_s = manifest, view, fs, root, every_s
-        self.owner: dict[str, str] = {}
+        self.hidden = view.hidden()
+        self.owner: dict[str, str] = {}  # doc_id -> source key: one entry per stored document
         for e in view.objects.values():
             self._claim(e)
         self.entries: list[ObjectEntry] = []
@@ -61,10 +63,9 @@ class Committer:
     def _claim(self, e: ObjectEntry, doc_ids: list[str] | None = None) -> list[str]:
         if e.status != "done" or not e.file:
             return []
-        hidden = self.view.hidden()
         dups = []
         for d in doc_ids if doc_ids is not None else self._doc_ids(e.file):
-            if (d, e.file) in hidden:
+            if (d, e.file) in self.hidden:
                 continue
             if self.owner.setdefault(d, e.key) != e.key:
                 dups.append(d)
@@ -103,8 +104,8 @@ def _count(s: IngestSummary, r: ObjectResult) -> None:
     s.tokens += r.entry.tokens
     s.quarantined += len(r.quarantine)
     s.refused_objects += r.entry.status == REFUSED
-    for q in r.quarantine[: max(0, 5 - len(s.examples))]:
-        s.examples.append(f"{q.source}{f' line {q.line}' if q.line else ''}: {q.reason}")
+    for q in r.quarantine[: max(0, 8 - len(s.examples))]:
+        s.examples.append(f"quarantined {q.source}{f' line {q.line}' if q.line else ''}: {q.reason}")
 
 
 def _delete_files(fs, root: str, files: list[str]) -> None:
@@ -136,6 +137,13 @@ def run_local(pending: list[SourceObject], store: str, cfg: IngestConfig, model_
         yield worker.ingest(obj)
 
 
+def worker_env() -> dict[str, str]:
+    """What actors need from this environment on any cluster: S3 endpoint and keys; one
+    tokenizer thread per actor (the actors are the parallelism)."""
+    keep = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    return {**keep, "TOKENIZERS_PARALLELISM": "false"}
+
+
 def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_ref: str,
             home: Path) -> Iterator[ObjectResult]:
     """list -> [read, decode, tokenize (one tokenizer per actor), slice, write] -> results."""
@@ -152,7 +160,7 @@ def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_re
         workers = min(cfg.workers or cpus, len(pending))
         ds = ray.data.from_items([asdict(o) for o in pending], override_num_blocks=len(pending))
         ds = ds.map_batches(ObjectIngester, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
-                            num_cpus=min(1.0, cpus / workers),
+                            num_cpus=min(1.0, cpus / workers), runtime_env={"env_vars": worker_env()},
                             fn_constructor_kwargs=dict(store_uri=store, cfg=cfg, model_ref=model_ref, home=str(home)))
         for row in ds.iter_rows():
             yield ObjectResult.from_row(row)
@@ -164,13 +172,19 @@ def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_re
 def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Path) -> IngestSummary:
     """Ingest every object of `source` not yet in `store` at its current version."""
     objects, not_matching = list_sources(source, cfg.patterns)
+    store = store if is_s3(store) else str(Path(store).expanduser().absolute())  # actors have another cwd
     fs, root = resolve(store)
     manifest = Manifest(fs, root)
     view = manifest.load()
     remove_orphans(fs, root, view)
     pending = [o for o in objects if (e := view.objects.get(o.uri)) is None or e.version != o.version]
     summary = IngestSummary(already=len(objects) - len(pending), not_matching=len(not_matching))
+    summary.examples += [f"skipped {uri}: no pattern of ingest.patterns matches" for uri in not_matching[:3]]
     if pending:
+        from pipelines.models import resolve_model
+
+        local_model = str(resolve_model(model_ref, home))  # import / download once, not per actor
+        model_ref = model_ref if is_s3(model_ref) else local_model
         run = run_ray if cfg.runner == "ray" else run_local
         committer = Committer(manifest, view, fs, root, cfg.commit_every_s)
         try:

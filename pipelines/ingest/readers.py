@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.ingest.manifest import Quarantine
@@ -160,7 +159,3 @@ def read_object(obj: SourceObject, text_field: str, id_field: str | None) -> Ite
         return read_jsonl(obj, text_field, id_field)
     return read_parquet(obj, text_field, id_field)
 
-
-def exists(obj: SourceObject) -> bool:
-    fs, path = resolve(obj.uri)
-    return fs.get_file_info(path).type == pafs.FileType.File

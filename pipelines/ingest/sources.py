@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -43,6 +44,32 @@ def split_glob(uri: str) -> tuple[str, str | None]:
     return root, uri[len(root) + 1:]
 
 
+def glob_regex(pattern: str) -> re.Pattern:
+    """Shell-style: '*' and '?' stay within one path segment, '**/' spans folders."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 1:]:
+            end = pattern.index("]", i + 1)
+            out.append(pattern[i:end + 1])
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
 def _uri(path: str, s3: bool) -> str:
     return f"s3://{path}" if s3 else path
 
@@ -69,11 +96,12 @@ def list_sources(uri: str, patterns: tuple[str, ...]) -> tuple[list[SourceObject
     except OSError as e:
         raise UserError(f"source '{uri}': cannot list ({first_line(e)})") from None
     objects, skipped = [], []
+    matcher = glob_regex(glob) if glob else None
     for info in sorted(infos, key=lambda i: i.path):
         if info.type != pafs.FileType.File or info.path.endswith("/"):
             continue
         rel, obj = _entry(info, root, s3)
-        if glob and not fnmatch.fnmatch(rel, glob):
+        if matcher and not matcher.match(rel):
             continue
         name = posixpath.basename(rel)
         if obj.fmt and any(fnmatch.fnmatch(name, p) for p in patterns):

@@ -7,6 +7,7 @@ many small documents share one call, and finished documents come out in input or
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ EncodeBatch = Callable[[list[str]], list[list[int]]]
 class DocTokens:
     doc_id: str
     line: int | None
-    ids: list[int] = field(default_factory=list)
+    ids: array = field(default_factory=lambda: array("i"))  # 4 bytes a token, not a list of ints
     blank: bool = True
     pending: int = 0
     closed: bool = False

@@ -35,6 +35,25 @@ def same_vocab(a: str, b: str) -> bool:
     return a.rsplit("@", 1)[-1] == b.rsplit("@", 1)[-1]
 
 
+def load_backend(model_ref: str, home: Path) -> tuple[Any, str]:
+    """(the fast tokenizer's Rust backend, its tokenizer id), without importing transformers
+    when the model folder has a tokenizer.json (seconds saved per Ray actor)."""
+    from pipelines.models import resolve_model
+
+    model_dir = resolve_model(model_ref, home)
+    if (model_dir / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        return backend, f"{model_dir.name}@{vocab_hash(backend)}"
+    tokenizer = load_tokenizer(model_ref, home)
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        from pipelines.errors import UserError
+
+        raise UserError(f"model '{model_ref}': ingest needs a fast tokenizer (tokenizer.json)")
+    return tokenizer.backend_tokenizer, tokenizer_id(tokenizer)
+
+
 def load_tokenizer(model_ref: str, home: Path) -> Any:
     """The model's fast tokenizer (the model store resolves names and s3:// folders)."""
     from transformers import AutoTokenizer

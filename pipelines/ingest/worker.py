@@ -8,10 +8,10 @@ local runner. It returns one summary row per object; the driver commits them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipelines.agent.chunking import chunk_ids
 from pipelines.ingest.config import IngestConfig
 from pipelines.ingest.manifest import DONE, REFUSED, ObjectEntry, Quarantine
 from pipelines.ingest.readers import BadObject, read_object
@@ -46,13 +46,11 @@ class ObjectIngester:
         if tokenizer is None:
             from pathlib import Path
 
-            from pipelines.ingest.tokenizer import load_tokenizer
+            from pipelines.ingest.tokenizer import load_backend
 
-            tokenizer = load_tokenizer(model_ref, Path(home))
-        self.backend = getattr(tokenizer, "backend_tokenizer", None)
-        if self.backend is None:
-            raise ValueError("ingest needs a fast tokenizer (tokenizer.json)")
-        self.tokenizer_id = tokenizer_id(tokenizer)
+            self.backend, self.tokenizer_id = load_backend(model_ref, Path(home))
+        else:
+            self.backend, self.tokenizer_id = tokenizer.backend_tokenizer, tokenizer_id(tokenizer)
         self.cfg = cfg
         self.fs, self.root = resolve(store_uri)
 
@@ -96,26 +94,36 @@ class ObjectIngester:
                 result.quarantine.append(Quarantine(obj.uri, reason, item.line, obj.version))
             else:
                 seen.add(item.doc_id)
-                chunks = chunk_ids(item.ids, self.cfg.chunk_size)
-                writer.add_doc(item.doc_id, chunks, self.chunk_texts(chunks))
+                n = -(-len(item.ids) // self.cfg.chunk_size)
+                writer.add_doc(item.doc_id, n, len(item.ids), self.chunks_with_text(item.ids))
                 result.doc_ids.append(item.doc_id)
 
-    def chunk_texts(self, chunks: list[list[int]]) -> list[str]:
-        """Decoded chunks that join to the document exactly: a character whose bytes straddle
-        a chunk boundary goes whole into the later chunk's text."""
-        texts = self.backend.decode_batch(chunks, skip_special_tokens=False)
-        if not any("\ufffd" in t for t in texts):
-            return texts
-        out, carry = [], []
+    def chunks_with_text(self, ids, group: int = 64) -> Iterator[tuple[list[int], str]]:
+        """(token ids, text) per chunk, decoded a group at a time: a long document never
+        exists as Python lists all at once."""
+        cs, carry = self.cfg.chunk_size, []
+        n = -(-len(ids) // cs)
+        for g in range(0, n, group):
+            chunks = [ids[i * cs:(i + 1) * cs].tolist() for i in range(g, min(n, g + group))]
+            texts = self.backend.decode_batch(chunks, skip_special_tokens=False)
+            if carry or any("\ufffd" in t for t in texts):
+                texts, carry = self.exact_texts(chunks, carry, last=g + group >= n)
+            yield from zip(chunks, texts)
+
+    def exact_texts(self, chunks: list[list[int]], carry: list[int], last: bool) -> tuple[list[str], list[int]]:
+        """Texts that join to the document exactly: a character whose bytes straddle a chunk
+        boundary goes whole into the later chunk's text. Returns (texts, ids carried on)."""
+        out = []
         for i, chunk in enumerate(chunks):
             ids, k = carry + chunk, 0
             text = self.backend.decode(ids, skip_special_tokens=False)
-            while i < len(chunks) - 1 and text.endswith("\ufffd") and k < min(4, len(ids) - 1):
+            more = not last or i < len(chunks) - 1
+            while more and text.endswith("\ufffd") and k < min(4, len(ids) - 1):
                 k += 1
                 text = self.backend.decode(ids[:-k], skip_special_tokens=False)
             carry = ids[len(ids) - k:] if k else []
             out.append(text)
-        return out
+        return out, carry
 
     @staticmethod
     def _refuse_doc(doc: DocTokens, seen: set[str]) -> str | None:

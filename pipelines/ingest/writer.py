@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -35,20 +36,19 @@ class ChunkWriter:
         self.tokens = 0
         self._writer: pq.ParquetWriter | None = None
 
-    def add_doc(self, doc_id: str, chunks: list[list[int]], texts: list[str]) -> None:
-        n = len(chunks)
-        n_tokens = sum(len(c) for c in chunks)
+    def add_doc(self, doc_id: str, n: int, n_tokens: int, chunks: Iterable[tuple[list[int], str]]) -> None:
+        """One document's n chunks (ids, text) in order; rows go out a row group at a time."""
         self.index.append({"doc_id": doc_id, "first_row": self.n_rows, "n_chunks": n, "n_tokens": n_tokens,
                            "chunk_size": self.chunk_size, "tokenizer": self.tokenizer,
                            "source": self.obj.uri, "etag": self.obj.version})
-        for i, (ids, text) in enumerate(zip(chunks, texts)):
+        for i, (ids, text) in enumerate(chunks):
             self.rows.append({"doc_id": doc_id, "chunk_idx": i, "n_chunks": n, "token_ids": ids, "text": text,
                               "n_tokens": len(ids), "tokenizer": self.tokenizer, "chunk_size": self.chunk_size,
                               "source": self.obj.uri, "etag": self.obj.version})
+            if len(self.rows) >= self.group:
+                self._flush(self.group)
         self.n_rows += n
         self.tokens += n_tokens
-        if len(self.rows) >= self.group:
-            self._flush(self.group)
 
     def _flush(self, group: int) -> None:
         if self._writer is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -21,7 +22,7 @@ import ray
 
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.models import resolve_model
+from pipelines.models import check_model_dir, resolve_model
 from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
@@ -58,7 +59,6 @@ class RolloutService:
         self.spec = RolloutSpec(r.temperature, r.top_p, r.reward)
         self.sched = Scheduler(rows, r.group_size, limits_of(cfg, len(workers or []) or r.workers), version)
         self.quarantine: list[tuple[str, str]] = []  # (sample_id, reason) of groups that failed
-        self.started_at = time.perf_counter()
         self._policy = (weights, version)
         self._cond = threading.Condition()
         self._refs: dict[Any, tuple[str, int, int]] = {}  # ref -> (group_id, attempt, worker)
@@ -74,7 +74,6 @@ class RolloutService:
             model_dir = str(resolve_model(self.cfg.model.path, self.cfg.home_path).absolute())
             self.workers = start_workers(self.cfg, model_dir, self._policy[1], self._policy[0])
         ray.get([w.ready.remote(*self._policy) for w in self.workers])
-        self.started_at = time.perf_counter()
         self._thread = threading.Thread(target=self._pump, name="rollout-pump", daemon=True)
         self._thread.start()
         return self
@@ -104,6 +103,7 @@ class RolloutService:
         """Every worker swaps to `path` between engine steps; in-flight loops continue."""
         if version <= self._policy[1]:
             raise UserError(f"weights '{path}': version {version} is not newer than {self._policy[1]}")
+        check_model_dir(Path(path), path)  # a bad folder fails here, not inside every worker
         refs = [w.load_weights.remote(path, version) for w in self.workers]
         with self._cond:
             self._policy = (path, version)  # restarted workers catch up from here

@@ -40,9 +40,14 @@ class RolloutWorker:
         self.version, self.weights = version, weights
         self.core = None
         self._starting = asyncio.Lock()
+        self._loading = asyncio.Lock()
 
     async def ready(self, weights: str | None = None, version: int | None = None) -> dict:
         """Start the engine (once; again after a restart) and catch up to the given policy."""
+        await self._ensure(weights, version)
+        return await self.info()
+
+    async def _ensure(self, weights: str | None, version: int | None) -> None:
         async with self._starting:
             if self.core is None:
                 self.core = await asyncio.to_thread(self._build)
@@ -50,7 +55,6 @@ class RolloutWorker:
                     await self.core.engine.load_weights(self.weights, self.version)
         if weights is not None and version is not None and version > self.version:
             await self.load_weights(weights, version)
-        return await self.info()
 
     def _build(self):
         from pipelines.engine import create_engine
@@ -62,17 +66,17 @@ class RolloutWorker:
     async def run_group(self, task: GroupTask, spec: RolloutSpec, weights: str | None = None,
                         version: int = 0) -> Group:
         """Run one group; a restarted worker first catches up to the policy the call names."""
-        await self.ready(weights, version)
+        await self._ensure(weights, version)
         return await self.core.run_group(task, spec)
 
     async def load_weights(self, path: str, version: int) -> int:
         """Swap weights between engine steps; loops in flight keep going."""
-        if version <= self.version:
-            return self.version
-        self.weights, self.version = path, version
-        if self.core is not None:
-            await self.core.engine.load_weights(path, version)
-        return version
+        async with self._loading:
+            if version > self.version:
+                if self.core is not None:
+                    await self.core.engine.load_weights(path, version)
+                self.weights, self.version = path, version
+        return self.version
 
     async def info(self) -> dict[str, Any]:
         import psutil

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
+from pipelines.errors import UserError
 from pipelines.eval.ladder import main
 from pipelines.eval.results import cell_uri
 from tests.eval.needles import ladder_overrides
@@ -37,7 +38,7 @@ def test_ladder_resumes_finished_cells(tiny_model_dir, needle_dataset, tmp_path,
         if c != ("2K", "memagent"):
             assert p.stat().st_mtime_ns == stamps[c], c
     assert again["metrics"] == first["metrics"]  # greedy decoding: the recomputed cell agrees
-    with pytest.raises(Exception, match="other settings"):
+    with pytest.raises(UserError, match="other settings"):
         main(ladder_config(tiny_model_dir, needle_dataset, out, "track.enabled=false", "agent.chunk_size=256"))
 
 

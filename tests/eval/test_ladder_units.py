@@ -87,3 +87,34 @@ def test_budgets_checked_before_any_engine_starts():
     cfg = load_config(None, ["eval.tasks=[a, b]", "eval.lengths=[1K, 2K]", "eval.methods=[memagent]"])
     assert plan(cfg) == [("a", "1K", "memagent"), ("a", "2K", "memagent"), ("b", "1K", "memagent"),
                          ("b", "2K", "memagent")]
+
+
+def test_command_line_flags_override_config():
+    from pipelines.cli import build_parser
+    from pipelines.config import load_config
+    from pipelines.eval.ladder import apply_args
+
+    args = build_parser().parse_args(["eval", "--model", "models:/m@champion", "--tasks", "hotpotqa, niah_single",
+                                      "--lengths", "8K,16K", "--n", "16", "--methods", "memagent,truncation",
+                                      "eval.concurrency=8"])
+    cfg = apply_args(load_config(None, args.overrides), args)
+    assert cfg.model.path == "models:/m@champion"
+    assert cfg.eval.tasks == ("hotpotqa", "niah_single") and cfg.eval.lengths == ("8K", "16K")
+    assert (cfg.eval.n, cfg.eval.concurrency, cfg.eval.methods) == (16, 8, ("memagent", "truncation"))
+    bad = build_parser().parse_args(["eval", "--methods", "memagent,oracle"])
+    with pytest.raises(UserError, match="eval.methods"):
+        apply_args(load_config(None, []), bad)
+
+
+def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset):
+    from pipelines.eval.rows import cell_rows
+
+    rows = list(cell_rows("niah_single", "1K", ["1K", "2K"], 2, 7, None, tokenizer))
+    assert len(rows) == 2 and all(r.task == "niah_single" and r.context and r.doc_id is None for r in rows)
+    assert all(900 < r.doc_tokens <= 1024 for r in rows)
+    assert [r.sample_id for r in cell_rows("niah_single", "1K", ["1K"], 2, 7, None, tokenizer)] == [
+        r.sample_id for r in rows]  # the same seed builds the same rows
+    picked = list(cell_rows("niah_test", "2K", ["1K", "2K"], 5, 0, needle_dataset, tokenizer))
+    assert len(picked) == 3 and all(r.sample_id.startswith("niah-2000-") for r in picked)
+    with pytest.raises(UserError, match="task 'nope': unknown"):
+        list(cell_rows("nope", "1K", ["1K"], 1, 0, None, tokenizer))

@@ -142,3 +142,28 @@ def test_task_chunks_refuses_another_tokenizer(tmp_path, home):
         next(task_chunks(row, ChunkStore(str(tmp_path / "s")), ChatCodec(other), 8))
     with pytest.raises(UserError, match="answer_kind"):
         TaskRow("a", "q", ["x"], "some_of", "d", None, 1, "t", "eval")
+
+
+def test_chunk_texts_join_exactly_when_characters_straddle_chunks(tmp_path, tokenizer):
+    from array import array
+
+    from pipelines.ingest.worker import ObjectIngester
+
+    text = "\U0001F600\u00e9\u4e2d\u6587 mixed " * 300
+    worker = ObjectIngester(str(tmp_path / "s"), IngestConfig(chunk_size=3), tokenizer=tokenizer)
+    ids = array("i", tokenizer.encode(text, add_special_tokens=False))
+    pairs = list(worker.chunks_with_text(ids, group=8))
+    assert len(pairs) > 64 and [i for c, _ in pairs for i in c] == list(ids)
+    assert "".join(t for _, t in pairs) == text
+
+
+def test_glob_and_single_file_sources(tmp_path):
+    write_tree(tmp_path / "c", {"a.jsonl": b"{}", "sub/b.jsonl": b"{}", "c.txt": b"x", "d.bin": b"\x00"})
+    objs, skipped = list_sources(str(tmp_path / "c" / "*.jsonl"), CFG.patterns)
+    assert [o.rel for o in objs] == ["a.jsonl"] and skipped == []
+    objs, skipped = list_sources(str(tmp_path / "c"), CFG.patterns)
+    assert [o.rel for o in objs] == ["a.jsonl", "c.txt", "sub/b.jsonl"] and skipped == [str(tmp_path / "c" / "d.bin")]
+    objs, _ = list_sources(str(tmp_path / "c" / "c.txt"), CFG.patterns)
+    assert [(o.rel, o.fmt, o.size) for o in objs] == [("c.txt", "text", 1)]
+    objs, _ = list_sources(str(tmp_path / "c" / "**" / "*.jsonl"), CFG.patterns)
+    assert [o.rel for o in objs] == ["a.jsonl", "sub/b.jsonl"]

@@ -95,3 +95,25 @@ def test_killed_ingest_resumes_exactly_once(s3):
     live = set(store.view().live_files())
     on_disk = {p.rsplit("/", 1)[-1][:-8] for p in list_parquet(store.fs, f"{store.root}/chunks")}
     assert on_disk == live and len(live) == n_objects
+
+
+def test_data_build_puts_documents_in_the_store(s3, tokenizer):
+    from pipelines.agent.codec import ChatCodec
+    from pipelines.ingest.tasks import read_task_rows, task_chunks
+
+    out, store_uri = f"s3://{BUCKET}/tasks/niah", f"s3://{BUCKET}/store-tasks"
+    r = run_cli("data", "build", "--task", "niah_multivalue", "--lengths", "8K", "--n", "2", "--seed", "5",
+                "--out", out, "--store", store_uri, "ingest.runner=local")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = list(read_task_rows(out))
+    store = ChunkStore(store_uri)
+    assert len(rows) == 2 and store.count() == 2
+    for row in rows:
+        assert row.answer_kind == "all_of" and len(row.answers) == 4 and row.context is None
+        assert abs(row.doc_tokens - 8192) <= 0.02 * 8192
+        ids = [i for c in task_chunks(row, store, ChatCodec(tokenizer), 1000) for i in c]
+        assert len(ids) == row.doc_tokens
+        text = tokenizer.decode(ids)
+        assert all(a in text for a in row.answers)
+    bad = run_cli("data", "build", "--task", "vt", "--lengths", "8Q", "--n", "1", "--out", out, "--store", store_uri)
+    assert bad.returncode == 2 and "'8Q' is not a length" in bad.stderr

@@ -25,6 +25,7 @@ from tests.conftest import run_cli
 from tests.eval.needles import ladder_overrides, needle_row
 
 METHODS = ("memagent", "truncation", "full")
+pytestmark = pytest.mark.slow  # starts an MLflow server and a SeaweedFS S3 server
 
 
 def latest_run(client: MlflowClient, command: str):

@@ -64,7 +64,8 @@ def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
     """Write one length's documents as JSON lines under the store; yield row stubs."""
     fs, root = resolve(req.store)
     path = f"{root}/sources/{tag(req)}/{req.split}/s{req.seed}/{target}.jsonl"
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    if not req.store.startswith("s3://"):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path, compression=None) as out:
         for name, s in sample_stream(req, target, count):
             doc_id = f"{tag(req)}/{req.split}/{target}/s{req.seed}/{name}"
@@ -75,12 +76,12 @@ def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
 
 
 def build(req: BuildRequest, cfg) -> BuildSummary:
-    from pipelines.ingest.tokenizer import load_tokenizer
+    from pipelines.ingest.tokenizer import load_backend
 
     if req.n <= 0:
         raise UserError(f"--n {req.n}: must be positive")
     lengths = parse_lengths(req.lengths)
-    backend = load_tokenizer(cfg.model.path, cfg.home_path).backend_tokenizer
+    backend, _ = load_backend(cfg.model.path, cfg.home_path)
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
     stubs = [stub for target in lengths for stub in stage_documents(req, target, count)]
     fs, root = resolve(req.store)
