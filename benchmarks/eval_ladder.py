@@ -29,6 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from pipelines.config import load_config  # noqa: E402
 from pipelines.eval.ladder import main as eval_main  # noqa: E402
+from pipelines.eval.results import RECORD_VERSION  # noqa: E402
 
 QUICK = dict(lengths="1K,2K", n=4, chunk=512, memory=32, final=32)
 FULL = dict(lengths="4K,8K,16K,32K,64K", n=64, chunk=2048, memory=128, final=64)
@@ -65,7 +66,7 @@ def main() -> None:
     size = {**(QUICK if args.quick else FULL), **{k: v for k, v in (("lengths", args.lengths), ("n", args.n)) if v}}
     cfg = load_config(None, overrides(size, args))
     if args.out is None:  # one folder per setting, so a re-run resumes and a new setting starts fresh
-        digest = hashlib.sha1(json.dumps(overrides(size, args)).encode()).hexdigest()[:10]
+        digest = hashlib.sha1(json.dumps([RECORD_VERSION, *overrides(size, args)]).encode()).hexdigest()[:10]
         args.out = str(cfg.home_path / "bench" / f"eval_ladder-{digest}")
         cfg = load_config(None, overrides(size, args))
     print("command: .venv/bin/python " + " ".join(shlex.quote(a) for a in sys.argv))
@@ -77,6 +78,8 @@ def main() -> None:
         "table": {t: {ln: round(summary[t][ln]["memagent"]["sub_em"], 4) for ln in lengths} for t in summary},
         "table_truncation": {t: {ln: round(summary[t][ln]["truncation"]["sub_em"], 4) for ln in lengths}
                              for t in summary},
+        "table_answer_recall": {t: {ln: {m: round(summary[t][ln][m]["answer_recall"], 4) for m in summary[t][ln]}
+                                    for ln in lengths} for t in summary},
         "drop_memagent": round(drop(summary, "memagent", lengths), 4),
         "drop_truncation": round(drop(summary, "truncation", lengths), 4),
         "window": cfg.eval.window, "n": cfg.eval.n, "seconds": round(time.perf_counter() - start, 1),

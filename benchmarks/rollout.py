@@ -1,6 +1,6 @@
 """Rollout throughput: ours (no barrier) vs sequential, step-synchronous and the engine's ceiling.
 
-    .venv/bin/python benchmarks/rollout.py --quick      # ~3 min on 2 cores
+    .venv/bin/python benchmarks/rollout.py --quick      # ~4 min on 2 idle cores
     nice -n 10 .venv/bin/python benchmarks/rollout.py   # full size
 
 One engine (vLLM CPU build, SmolLM2-135M), one length-mixed workload (questions over
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -54,8 +55,8 @@ class Size:
     rss_rollouts: int
 
 
-QUICK = Size(questions=6, group=4, chunk=128, memory=16, final=8, capacity=12, sequential=2, rss_rollouts=60)
-FULL = Size(questions=32, group=4, chunk=256, memory=48, final=32, capacity=32, sequential=4, rss_rollouts=1000)
+QUICK = Size(questions=4, group=4, chunk=128, memory=64, final=32, capacity=8, sequential=1, rss_rollouts=50)
+FULL = Size(questions=16, group=4, chunk=256, memory=128, final=64, capacity=32, sequential=2, rss_rollouts=1000)
 
 
 def workload(codec: ChatCodec, size: Size, seed: int, max_chunks: int = 16) -> list[TaskRow]:
@@ -146,7 +147,16 @@ async def timed(coro, label: str) -> tuple[object, float]:
     return result, seconds
 
 
-async def rss_over_rollouts(core: WorkerCore, rows: list[TaskRow], n: int, pid: int) -> list[int]:
+def small_core(engine, cfg, size: Size) -> WorkerCore:
+    """The RSS run: the same engine and worker code, short documents and budgets (many rollouts)."""
+    agent = cfg.agent.model_copy(update={"chunk_size": 128, "memory_budget": 8, "final_budget": 4})
+    return WorkerCore(engine, agent, loops=size.capacity, name="rss")
+
+
+async def rss_over_rollouts(core: WorkerCore, size: Size, seed: int, pid: int) -> list[int]:
+    """RSS after each tenth of `size.rss_rollouts` rollouts over documents of 1-2 chunks."""
+    rows = workload(core.codec, replace(size, questions=50, chunk=128), seed + 1, max_chunks=2)
+    n = size.rss_rollouts
     samples, done, batch = [], 0, max(n // 10, 1)
     while done < n:
         await ours(core, [rows[(done + i) % len(rows)] for i in range(batch)], 1, f"-{done}")
@@ -156,8 +166,6 @@ async def rss_over_rollouts(core: WorkerCore, rows: list[TaskRow], n: int, pid: 
 
 
 async def bench(args, size: Size) -> dict:
-    import os
-
     cfg = load_config(None, [f"agent.chunk_size={size.chunk}", f"agent.memory_budget={size.memory}",
                              f"agent.final_budget={size.final}", f"engine.max_num_seqs={size.capacity}",
                              "engine.cpu_kvcache_gib=2", "engine.max_model_len=4096", *args.overrides])
@@ -165,14 +173,13 @@ async def bench(args, size: Size) -> dict:
     try:
         core = WorkerCore(engine, cfg.agent, loops=size.capacity, name="bench")
         rows = workload(core.codec, size, args.seed)
-        await ours(core, rows[:1], 1, "-warmup")
+        await engine.generate(GenRequest(sampling(8), core.codec.encode_user("Warm up.")))
         groups, t_c = await timed(ours(core, rows, size.group), "(c) ours")
         tok_c = sum(t.response_tokens for g in groups for t in g.trajectories)
         tok_b, t_b = await timed(step_sync(engine, core, rows, size.group, size.capacity), "(b) step-synchronous")
         tok_d, t_d = await timed(ceiling(engine, groups, cfg.agent), "(d) ceiling")
         tok_a, t_a = await timed(sequential(engine, core, rows, size.sequential), "(a) sequential")
-        short = workload(core.codec, replace(size, questions=50), args.seed + 1, max_chunks=2)
-        rss = await rss_over_rollouts(core, short, size.rss_rollouts, os.getpid())
+        rss = await rss_over_rollouts(small_core(engine, cfg, size), size, args.seed, os.getpid())
     finally:
         await engine.close()
     rates = {"a": tok_a / t_a, "b": tok_b / t_b, "c": tok_c / t_c, "d": tok_d / t_d}
@@ -191,7 +198,7 @@ def report(out: dict, size: Size, argv: list[str]) -> dict:
         print(f"  ({k}) {names[k]:22s} {t[k]:7d} tokens {w[k]:8.1f} s {r[k]:8.1f} tokens/s")
     rss = out["rss"]
     growth = (rss[-1] - rss[0]) / rss[0]
-    print(f"worker RSS over {size.rss_rollouts} rollouts (MiB, every tenth): "
+    print(f"worker RSS over {size.rss_rollouts} rollouts of 1-2 chunks (MiB, every tenth): "
           + " ".join(f"{x / 2**20:.0f}" for x in rss))
     result = {"vs_step_sync": r["c"] / r["b"], "vs_sequential": r["c"] / r["a"], "vs_ceiling": r["c"] / r["d"],
               "rss_growth": growth}

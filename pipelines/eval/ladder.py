@@ -20,7 +20,7 @@ from pathlib import Path
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
 from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
-from pipelines.eval.results import cell_uri, check_meta, has_cell, read_cell, summarize, write_cell, write_text
+from pipelines.eval.results import RECORD_VERSION, cell_uri, check_meta, has_cell, read_cell, summarize, write_cell
 from pipelines.eval.stats import parse_length
 from pipelines.track import Tracker, command_run, create_tracker
 
@@ -51,6 +51,12 @@ def plan(cfg: Config) -> list[Cell]:
     e = cfg.eval
     for ln in e.lengths:
         parse_length(ln)
+    if e.dataset is None:  # built on the fly: only the builders' tasks exist
+        from pipelines.ingest.builders import TASKS
+
+        unknown = [t for t in e.tasks if t not in TASKS]
+        if unknown:
+            raise UserError(f"task '{unknown[0]}': unknown (known: {', '.join(TASKS)}); or pass --dataset")
     return [(t, ln, m) for t in e.tasks for ln in e.lengths for m in e.methods]
 
 
@@ -168,8 +174,8 @@ def main(cfg: Config) -> dict:
     out = output_uri(cfg)
     cells = plan(cfg)
     check_budgets(cfg)
-    check_meta(out, {"model": cfg.model.path, "agent": cfg.agent.model_dump(), "window": window(cfg),
-                     "seed": cfg.eval.seed, "n": cfg.eval.n, "dataset": cfg.eval.dataset})
+    check_meta(out, {"version": RECORD_VERSION, "model": cfg.model.path, "agent": cfg.agent.model_dump(),
+                     "window": window(cfg), "seed": cfg.eval.seed, "n": cfg.eval.n, "dataset": cfg.eval.dataset})
     todo = [c for c in cells if not has_cell(cell_uri(out, *c))]
     print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=sys.stderr)
     tracker = create_tracker(cfg)

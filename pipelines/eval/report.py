@@ -11,7 +11,7 @@ import io
 from pathlib import Path
 
 from pipelines.eval.stats import parse_length
-from pipelines.track.metrics import eval_metric
+from pipelines.track.metrics import EVAL_SCORES, eval_metric
 
 Summary = dict[tuple[str, str, str], dict]  # (task, length, method) -> summarize()
 LABELS = {"memagent": "MemAgent (memory loop)", "truncation": "no memory (truncated)",
@@ -40,7 +40,7 @@ def format_table(summary: Summary, tasks, lengths, methods, score: str = "sub_em
 def table_csv(summary: Summary) -> str:
     buf = io.StringIO()
     cols = ["task", "length", "method", "n", "n_scored", "na", "truncated", "turns"] + [
-        f"{s}{x}" for s in ("sub_em", "em", "f1") for x in ("", "_lo", "_hi")]
+        f"{s}{x}" for s in EVAL_SCORES for x in ("", "_lo", "_hi")]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()
     for (task, length, method), cell in summary.items():
@@ -54,8 +54,9 @@ def flat_metrics(summary: Summary) -> dict[str, float]:
     for (task, length, method), cell in summary.items():
         if cell["na"]:
             continue
-        for score in ("sub_em", "em", "f1"):
-            out[eval_metric(task, length, score, method)] = cell[score]
+        for score in EVAL_SCORES:
+            if cell[score] == cell[score]:  # NaN: cells written before this score existed
+                out[eval_metric(task, length, score, method)] = cell[score]
     return out
 
 

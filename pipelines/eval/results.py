@@ -19,7 +19,8 @@ from pipelines.errors import UserError
 from pipelines.eval.stats import mean_ci
 from pipelines.storage import first_line, resolve
 
-SCORES = ("sub_em", "em", "f1")
+SCORES = ("sub_em", "em", "f1", "answer_recall")
+RECORD_VERSION = 2  # bump when a record gains or changes a field: old folders are then refused
 
 
 def cell_uri(out: str, task: str, length: str, method: str) -> str:
@@ -59,7 +60,7 @@ def summarize(records: list[dict]) -> dict:
                  "truncated": sum(bool(r.get("truncated")) for r in records),
                  "turns": sum(r.get("turns", 0) for r in scored) / max(1, len(scored))}
     for name in SCORES:
-        mean, lo, hi = mean_ci([float(r[name]) for r in scored])
+        mean, lo, hi = mean_ci([float(r[name]) for r in scored if r.get(name) is not None])
         out.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})
     return out
 
@@ -80,10 +81,3 @@ def check_meta(out: str, meta: dict) -> None:
     with fs.open_output_stream(path) as f:
         f.write(json.dumps(meta, indent=1, sort_keys=True).encode())
 
-
-def write_text(uri: str, text: str) -> None:
-    fs, path = resolve(uri)
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as f:
-        f.write(text.encode())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.reward import extract_boxed
+from pipelines.agent.reward import extract_boxed, normalize_answer, recall_all
 from pipelines.ask import eval_sampling, make_loop
 from pipelines.config import AgentConfig
 from pipelines.engine.base import Engine, GenRequest, Sampling
@@ -37,11 +37,10 @@ class EvalContext:
 
 
 def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
-    return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method,
-            "question": row.question,
-            "index": index, "answers": list(row.answers), "prediction": None, "answer": "",
-            "em": 0.0, "sub_em": 0.0, "f1": 0.0, "doc_tokens": 0, "turns": 0, "truncated": False,
-            "error": None, "memory": [], "seconds": 0.0}
+    return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method, "index": index,
+            "question": row.question, "answers": list(row.answers), "prediction": None, "answer": "",
+            "em": 0.0, "sub_em": 0.0, "f1": 0.0, "answer_recall": 0.0, "doc_tokens": 0, "turns": 0,
+            "truncated": False, "error": None, "memory": [], "seconds": 0.0}
 
 
 async def run_memagent(ctx: EvalContext, row: TaskRow, rec: dict) -> None:
@@ -68,6 +67,15 @@ async def run_direct(ctx: EvalContext, row: TaskRow, rec: dict, full: bool) -> N
     rec.update(prediction=extract_boxed(out.text), answer=out.text[:MAX_ANSWER_CHARS])
 
 
+def answer_recall(row: TaskRow, answer: str) -> float:
+    """Gold found anywhere in the raw answer, boxed or not: a diagnostic for base models that
+    rarely box (their sub_em is ~0 whatever they read). Not the paper's accuracy."""
+    if row.answer_kind == "all_of":
+        return recall_all(answer, row.answers)
+    text = normalize_answer(answer)
+    return float(any(normalize_answer(a) and normalize_answer(a) in text for a in row.answers))
+
+
 async def run_sample(ctx: EvalContext, row: TaskRow, method: str, length: str, index: int) -> dict:
     """One scored record; bad input (a too-long question, an empty document) is recorded, not raised."""
     rec = base_record(row, method, length, index)
@@ -80,7 +88,7 @@ async def run_sample(ctx: EvalContext, row: TaskRow, method: str, length: str, i
     except UserError as e:
         rec["error"] = str(e)
     if rec["error"] is None:
-        rec.update(score(row, rec["prediction"]))
+        rec.update(score(row, rec["prediction"]), answer_recall=answer_recall(row, rec["answer"]))
     rec["seconds"] = time.perf_counter() - start
     return rec
 

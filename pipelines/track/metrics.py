@@ -49,7 +49,7 @@ SERVE_TOKENS_PER_S = "serve/tokens_per_s"
 SERVE = (SERVE_DOCUMENTS, SERVE_FAILED, SERVE_TOKENS_PER_S)
 
 # eval: per task and length; the memory agent without a method segment, baselines with one
-EVAL_SCORES = ("sub_em", "em", "f1")
+EVAL_SCORES = ("sub_em", "em", "f1", "answer_recall")  # answer_recall: gold anywhere in the answer
 EVAL_METHOD_MAIN = "memagent"
 
 

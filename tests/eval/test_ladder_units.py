@@ -84,7 +84,10 @@ def test_budgets_checked_before_any_engine_starts():
         check_budgets(load_config(None, ["agent.chunk_size=8000"]))
     with pytest.raises(UserError, match="length '8KB'"):
         plan(load_config(None, ["eval.lengths=[8KB]"]))
-    cfg = load_config(None, ["eval.tasks=[a, b]", "eval.lengths=[1K, 2K]", "eval.methods=[memagent]"])
+    with pytest.raises(UserError, match="task 'a': unknown"):
+        plan(load_config(None, ["eval.tasks=[a]"]))
+    cfg = load_config(None, ["eval.tasks=[a, b]", "eval.lengths=[1K, 2K]", "eval.methods=[memagent]",
+                             "eval.dataset=rows.parquet"])  # a dataset may hold any task names
     assert plan(cfg) == [("a", "1K", "memagent"), ("a", "2K", "memagent"), ("b", "1K", "memagent"),
                          ("b", "2K", "memagent")]
 
@@ -118,3 +121,14 @@ def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset)
     assert len(picked) == 3 and all(r.sample_id.startswith("niah-2000-") for r in picked)
     with pytest.raises(UserError, match="task 'nope': unknown"):
         list(cell_rows("nope", "1K", ["1K"], 1, 0, None, tokenizer))
+
+
+def test_answer_recall_finds_unboxed_gold():
+    from pipelines.eval.runner import answer_recall
+    from pipelines.ingest.tasks import TaskRow
+
+    row = TaskRow("s", "q?", ["Charles Guiteau"], "one_of", None, "ctx", 3, "t", "test")
+    assert answer_recall(row, "It was charles guiteau, in 1881.") == 1.0
+    assert answer_recall(row, "It was Leon Czolgosz.") == 0.0
+    both = TaskRow("s", "q?", ["red", "blue"], "all_of", None, "ctx", 3, "t", "test")
+    assert answer_recall(both, "Red, then green.") == 0.5
