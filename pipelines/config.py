@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from pipelines.errors import UserError
+from pipelines.eval.config import EvalConfig
+from pipelines.ingest.config import IngestConfig
+from pipelines.rollout.config import RolloutConfig
+from pipelines.serve.config import ServeConfig
+from pipelines.track.config import TrackConfig
+from pipelines.typed import Strict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
 class ModelConfig(Strict):
@@ -58,13 +60,6 @@ class S3Config(Strict):
     # Keys come only from the standard AWS environment variables, never from config files.
     endpoint_url: str | None = None
     region: str = "us-east-1"
-
-
-from pipelines.serve.config import ServeConfig  # noqa: E402 (needs Strict above)
-from pipelines.track.config import TrackConfig  # noqa: E402
-from pipelines.eval.config import EvalConfig  # noqa: E402
-from pipelines.ingest.config import IngestConfig  # noqa: E402
-from pipelines.rollout.config import RolloutConfig  # noqa: E402
 
 
 class Config(Strict):

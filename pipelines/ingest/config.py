@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from pipelines.typed import Strict
 
 DEFAULT_PATTERNS = ("*.txt", "*.md", "*.jsonl", "*.jsonl.gz", "*.parquet")
 
 
-class _Strict(BaseModel):
-    # pipelines.config.Strict's rules, declared here: importing pipelines.config would cycle.
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
-
-class IngestConfig(_Strict):
+class IngestConfig(Strict):
     # Where `memagent ingest` / `data build` put chunks when --store is not given.
     store: str = ".memagent/store"
     # Tokens per stored chunk: a storage unit; readers re-slice to the agent's chunk_size.

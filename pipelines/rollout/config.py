@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pipelines.config import Strict
+from pipelines.typed import Strict
 
 
 class RolloutConfig(Strict):

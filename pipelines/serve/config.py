@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from pipelines.typed import Strict
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class ServeConfig(BaseModel):
-    # Same rules as pipelines.config.Strict, declared here so either module can be imported first.
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
+class ServeConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     # The bearer token is read from this environment variable, never from a config file.

@@ -85,3 +85,12 @@ def test_user_reward_by_dotted_path():
         load_reward("justaname")
     with pytest.raises(UserError, match="reward is NaN"):
         compute_reward(lambda r, a: float("nan"), "x", ["y"], "one_of", "s")
+
+
+def test_writer_resumes_on_s3(s3):
+    out = "s3://memagent-test/rollout-writer"
+    TrajectoryWriter(out).write([group("a#1", (0.0, 1.0))])
+    again = TrajectoryWriter(out)
+    assert again.done_samples() == {"a"} and again.next_part == 1
+    again.write([group("b#2", (1.0, 0.0))])
+    assert [g.group_id for g in read_groups(out)] == ["a#1", "b#2"]
