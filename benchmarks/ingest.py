@@ -31,10 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("MEMAGENT_HOME", str(REPO / ".memagent"))
 
+from benchmarks.common import MB, tree_rss  # noqa: E402
 from infra.seaweedfs import SeaweedFS  # noqa: E402
 
 BUCKET = "bench"
-MB = 1 << 20
 
 
 def base_text() -> str:
@@ -80,13 +80,7 @@ class PeakRSS:
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
-            total = 0
-            for p in [me, *me.children(recursive=True)]:
-                try:
-                    total += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
+            self.peak = max(self.peak, tree_rss(me))
             time.sleep(self.every)
 
     def __enter__(self) -> "PeakRSS":

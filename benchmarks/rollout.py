@@ -56,7 +56,7 @@ class Size:
 
 
 QUICK = Size(questions=4, group=4, chunk=128, memory=64, final=32, capacity=8, sequential=1, rss_rollouts=50)
-FULL = Size(questions=16, group=4, chunk=256, memory=128, final=64, capacity=32, sequential=2, rss_rollouts=1000)
+FULL = Size(questions=16, group=4, chunk=256, memory=64, final=32, capacity=32, sequential=2, rss_rollouts=1000)
 
 
 def workload(codec: ChatCodec, size: Size, seed: int, max_chunks: int = 16) -> list[TaskRow]:
