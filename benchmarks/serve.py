@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import threading

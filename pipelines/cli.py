@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dispatch(args)
     except UserError as e:
-        print(f"memagent: error: {e}", file=sys.stderr)
+        from pipelines.track.redact import env_secrets, redact
+
+        print(f"memagent: error: {redact(str(e), env_secrets())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memagent: interrupted", file=sys.stderr)

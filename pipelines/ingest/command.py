@@ -9,6 +9,7 @@ Prints a summary; exits non-zero only when nothing could be ingested.
 from __future__ import annotations
 
 import json
+import time
 
 from pipelines.errors import UserError
 
@@ -24,8 +25,18 @@ def run(cfg, args) -> None:
 
     from pipelines.ingest.pipeline import ingest
 
+    from pipelines.track import metrics as m
+    from pipelines.track.tracker import command_run, create_tracker
+
     store = args.store or cfg.ingest.store
-    summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path)
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "ingest", tags={"source": args.source, "store": store}):
+        start = time.perf_counter()
+        summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path)
+        seconds = max(time.perf_counter() - start, 1e-9)
+        tracker.log_metrics({m.INGEST_DOCUMENTS: summary.documents, m.INGEST_CHUNKS: summary.chunks,
+                             m.INGEST_TOKENS: summary.tokens, m.INGEST_QUARANTINED: summary.quarantined,
+                             m.INGEST_TOKENS_PER_S: summary.tokens / seconds})
     for example in summary.examples:
         print(example)
     print(json.dumps(asdict(summary)) if args.json else summary.line())

@@ -89,4 +89,10 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
-    print_summary(main(cfg, RolloutRequest(args.tasks, args.out, args.limit, args.keep_all)))
+    from pipelines.track.tracker import command_run, create_tracker
+
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "rollout", tags={"dataset": args.tasks, "output": args.out}):
+        out = main(cfg, RolloutRequest(args.tasks, args.out, args.limit, args.keep_all))
+        tracker.log_metrics(out["metrics"])
+    print_summary(out)

@@ -8,7 +8,6 @@ settings and progress live next to the output in `_job.json`.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json

@@ -121,7 +121,7 @@ def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
     assert first and first != {0, 1, 2, 3, 4}
     resumed, calls[:] = True, []
     final = asyncio.run(JobRunner(load_state(out), answer, rows_in_flight=3, shards_in_flight=2).run())
-    assert final.status == "done" and final.done == final.total == 23
+    assert final.status == "done" and final.done == final.total == 23, final.message
     assert not {c for c in calls} & {f"r{i}" for k in first for i in range(k * 5, k * 5 + 5)}
     ids = pq.read_table(out).column("id").to_pylist()
     assert sorted(ids) == sorted(f"r{i}" for i in range(23))

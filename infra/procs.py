@@ -1,0 +1,44 @@
+"""Process helpers for the local servers in infra/: free loopback ports, stopping a process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+
+def free_port(low: int = 20000, high: int = 45000) -> int:
+    """A free loopback port whose +10000 gRPC twin is free too (SeaweedFS opens both)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if low <= port < high and port_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair found")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def stop_pid(pid: int, grace: float = 10) -> None:
+    """SIGTERM the server's process group, then SIGKILL it if it is still there after grace seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
