@@ -46,11 +46,14 @@ def test_rollout_writes_parquet_and_resumes(tmp_path, tasks, tiny_model_dir, tok
     first = run_cli("rollout", *common, "--limit", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout.strip().splitlines()[-1])["groups"] == 1
-    second = run_cli("rollout", *common)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    second = run_cli("rollout", *common, env={"MLFLOW_TRACKING_URI": tracking})
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads(second.stdout.strip().splitlines()[-1])
     assert summary["groups"] == 2 and summary["skipped_done"] == 1 and summary["quarantined"] == 1
     assert "rollout/tokens_per_s" in summary["metrics"] and "rollout/reward_mean =" in second.stdout
+    logged = logged_metrics(tracking, "rollout")
+    assert logged == {k: pytest.approx(v) for k, v in summary["metrics"].items()}
     quarantine = pq.read_table(f"{out}/quarantine-00000.parquet").to_pylist()
     assert [q["sample_id"] for q in quarantine] == ["bad"]
     assert quarantine[0]["reason"].startswith("UserError: doc_id 'no-such-doc': not in store")
@@ -60,3 +63,14 @@ def test_rollout_writes_parquet_and_resumes(tmp_path, tasks, tiny_model_dir, tok
         for t in g.trajectories:
             assert len(t.turns) == n_turns(t.doc_tokens, 128)
             assert all(len(turn.logprobs) == len(turn.response_ids) for turn in t.turns)
+
+
+def logged_metrics(tracking_uri: str, command: str) -> dict:
+    """The metrics of the command's MLflow run, read back with the MLflow client."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string=f"tags.command = '{command}'")
+    assert len(runs) == 1
+    return dict(runs[0].data.metrics)
