@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -184,6 +185,11 @@ def load_state(output: str) -> JobState | None:
     return JobState(**data) if data else None
 
 
+_SAVE_LOCK = threading.Lock()
+
+
 def save_state(state: JobState) -> None:
-    state.updated = time.time()
-    write_json(join(state.output, STATE_FILE), asdict(state))
+    """Saves are serialized and snapshot the state under the lock, so the last write is the newest."""
+    with _SAVE_LOCK:
+        state.updated = time.time()
+        write_json(join(state.output, STATE_FILE), asdict(state))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import pyarrow.fs as pafs
 
@@ -31,7 +32,7 @@ def write_json(uri: str, data: dict) -> None:
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     raw = json.dumps(data, indent=1, sort_keys=True).encode()
     if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
         with open(tmp, "wb") as f:
             f.write(raw)
         os.replace(tmp, path)
