@@ -7,7 +7,8 @@ Layout under the store URI (one writer at a time):
     index/<file>.parquet     one row per document: doc_id, first_row, n_chunks, n_tokens, ...
     manifest/*.parquet       the commit log (see manifest.py): live files, quarantine
 
-Reading one document touches only the index and the row groups that hold its chunks.
+Reading one document touches only the index (held compactly, see doc_index.py) and the
+row groups that hold its chunks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
+from pipelines.ingest.doc_index import DocIndex, Location
 from pipelines.ingest.manifest import Manifest, ManifestView
 from pipelines.storage import resolve
 
@@ -43,13 +45,6 @@ class DocInfo:
     source: str
 
 
-@dataclass(frozen=True)
-class _Loc:
-    file: str
-    first_row: int
-    info: DocInfo
-
-
 def chunk_path(root: str, file: str) -> str:
     return f"{root}/chunks/{file}.parquet"
 
@@ -65,11 +60,11 @@ class ChunkStore:
         self.uri = str(uri).rstrip("/")
         self.fs, self.root = resolve(self.uri)
         self._view: ManifestView | None = None
-        self._locs: dict[str, _Loc] | None = None
+        self._index: DocIndex | None = None
 
     def refresh(self) -> None:
         """Forget cached index state (after another process ingested more)."""
-        self._view, self._locs = None, None
+        self._view, self._index = None, None
 
     def view(self) -> ManifestView:
         if self._view is None:
@@ -93,34 +88,32 @@ class ChunkStore:
         hidden = len(self.view().hidden())
         return sum(e.docs for e in self.view().objects.values() if e.status == "done") - hidden
 
-    def _locations(self) -> dict[str, _Loc]:
-        if self._locs is None:
-            hidden, locs = self.view().hidden(), {}
-            for file, batch in self._index_batches():
-                for r in batch.to_pylist():
-                    if (r["doc_id"], file) in hidden:
-                        continue
-                    info = DocInfo(r["doc_id"], r["n_chunks"], r["n_tokens"], r["chunk_size"],
-                                   r["tokenizer"], r["source"])
-                    locs.setdefault(r["doc_id"], _Loc(file, r["first_row"], info))
-            self._locs = locs
-        return self._locs
+    def _doc_index(self) -> DocIndex:
+        if self._index is None:
+            self._index = DocIndex(self._index_batches(), self.view().hidden(), self._index_ids)
+        return self._index
+
+    def _index_ids(self, file: str) -> list[str]:
+        table = pq.read_table(index_path(self.root, file), columns=["doc_id"], filesystem=self.fs)
+        return table.column("doc_id").to_pylist()
 
     def has(self, doc_id: str) -> bool:
-        return doc_id in self._locations()
+        return self._doc_index().find(doc_id) is not None
 
     def info(self, doc_id: str) -> DocInfo:
-        return self._loc(doc_id).info
+        loc = self._loc(doc_id)
+        f = loc.file
+        return DocInfo(doc_id, loc.n_chunks, loc.n_tokens, f.chunk_size, f.tokenizer, f.source)
 
-    def _loc(self, doc_id: str) -> _Loc:
-        loc = self._locations().get(doc_id)
+    def _loc(self, doc_id: str) -> Location:
+        loc = self._doc_index().find(doc_id)
         if loc is None:
             raise UserError(f"doc_id '{doc_id}': not in store '{self.uri}'")
         return loc
 
-    def _iter_column(self, loc: _Loc, column: str) -> Iterator:
-        pf = pq.ParquetFile(chunk_path(self.root, loc.file), filesystem=self.fs)
-        start, stop, row = loc.first_row, loc.first_row + loc.info.n_chunks, 0
+    def _iter_column(self, loc: Location, column: str) -> Iterator:
+        pf = pq.ParquetFile(chunk_path(self.root, loc.file.file), filesystem=self.fs)
+        start, stop, row = loc.first_row, loc.first_row + loc.n_chunks, 0
         for g in range(pf.metadata.num_row_groups):
             n = pf.metadata.row_group(g).num_rows
             lo, hi = max(start, row), min(stop, row + n)

@@ -77,7 +77,7 @@ def test_reading_one_doc_touches_only_its_row_groups(tmp_path, home):
     ingest(str(tmp_path / "c"), str(tmp_path / "s"), CFG, "smollm2", home)
     store = ChunkStore(str(tmp_path / "s"))
     info = store.info("big.txt")
-    meta = pq.ParquetFile(chunk_path(store.root, store._loc("big.txt").file)).metadata
+    meta = pq.ParquetFile(chunk_path(store.root, store._loc("big.txt").file.file)).metadata
     assert meta.num_row_groups == -(-info.n_chunks // 4)
     first = next(store.iter_chunk_ids("big.txt"))
     assert len(first) == 16
