@@ -2,6 +2,11 @@
 
     .venv/bin/python benchmarks/rollout.py --quick      # ~4 min on 2 idle cores
     nice -n 10 .venv/bin/python benchmarks/rollout.py   # full size
+    .venv/bin/python benchmarks/rollout.py --quick engine.kind=hf_batch   # transformers' batching
+    python benchmarks/rollout.py --size gpu engine.kind=hf_batch model.path=/some/hf/folder
+
+With engine.kind=hf_batch it needs neither Ray nor vLLM (nor MLflow, FastAPI, boto3): it
+runs on a GPU machine that has only torch and transformers (plus pydantic and pyyaml).
 
 One engine (vLLM CPU build, SmolLM2-135M), one length-mixed workload (questions over
 documents of 1 to 16 chunks, fixed seed), training temperature, generated tokens/s for:
@@ -15,7 +20,7 @@ documents of 1 to 16 chunks, fixed seed), training temperature, generated tokens
       previous one returns, and a finished rollout's place goes to the next one at once;
   (d) ceiling: the very prompts (c) produced, as one flat batch with no dependencies.
 All four share one engine whose max_num_seqs is `capacity`.
-Then worker RSS (this process + the engine's processes) over many rollouts through (c).
+Then (unless --no-rss, or --size gpu) worker RSS (this process + the engine's processes) over many rollouts through (c).
 The last line is one JSON object: vs_step_sync = c/b, vs_sequential = c/a, vs_ceiling = c/d,
 rss_growth = (RSS at the end - RSS after the first tenth) / RSS after the first tenth.
 """
@@ -40,7 +45,7 @@ from pipelines.models import resolve_model
 from pipelines.quickstart import NOISE
 from pipelines.rollout.core import RolloutSpec, WorkerCore
 from pipelines.rollout.schedule import GroupTask
-from pipelines.rollout.worker import process_rss
+from pipelines.rollout.rss import process_rss
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class Size:
 
 QUICK = Size(questions=4, group=4, chunk=128, memory=64, final=32, capacity=8, sequential=1, rss_rollouts=50)
 FULL = Size(questions=16, group=4, chunk=256, memory=64, final=32, capacity=32, sequential=2, rss_rollouts=1000)
+# The paper's shape scaled down, for one H200 and a 135M model: all four modes in a few minutes.
+GPU = Size(questions=12, group=8, chunk=1024, memory=256, final=64, capacity=64, sequential=2, rss_rollouts=0)
+SIZES = {"quick": QUICK, "full": FULL, "gpu": GPU}
 
 
 def workload(codec: ChatCodec, size: Size, seed: int, max_chunks: int = 16) -> list[TaskRow]:
@@ -179,7 +187,9 @@ async def bench(args, size: Size) -> dict:
         tok_b, t_b = await timed(step_sync(engine, core, rows, size.group, size.capacity), "(b) step-synchronous")
         tok_d, t_d = await timed(ceiling(engine, groups, cfg.agent), "(d) ceiling")
         tok_a, t_a = await timed(sequential(engine, core, rows, size.sequential), "(a) sequential")
-        rss = await rss_over_rollouts(small_core(engine, cfg, size), size, args.seed, os.getpid())
+        rss = []
+        if size.rss_rollouts and not args.no_rss:
+            rss = await rss_over_rollouts(small_core(engine, cfg, size), size, args.seed, os.getpid())
     finally:
         await engine.close()
     rates = {"a": tok_a / t_a, "b": tok_b / t_b, "c": tok_c / t_c, "d": tok_d / t_d}
@@ -197,25 +207,32 @@ def report(out: dict, size: Size, argv: list[str]) -> dict:
     for k in "abcd":
         print(f"  ({k}) {names[k]:22s} {t[k]:7d} tokens {w[k]:8.1f} s {r[k]:8.1f} tokens/s")
     rss = out["rss"]
-    growth = (rss[-1] - rss[0]) / rss[0]
-    print(f"worker RSS over {size.rss_rollouts} rollouts of 1-2 chunks (MiB, every tenth): "
-          + " ".join(f"{x / 2**20:.0f}" for x in rss))
+    growth = (rss[-1] - rss[0]) / rss[0] if rss else None
+    if rss:
+        print(f"worker RSS over {size.rss_rollouts} rollouts of 1-2 chunks (MiB, every tenth): "
+              + " ".join(f"{x / 2**20:.0f}" for x in rss))
     result = {"vs_step_sync": r["c"] / r["b"], "vs_sequential": r["c"] / r["a"], "vs_ceiling": r["c"] / r["d"],
               "rss_growth": growth}
     print(f"c/b = {result['vs_step_sync']:.2f} (target >= 1.3), c/a = {result['vs_sequential']:.2f} "
-          f"(target >= 5), c/d = {result['vs_ceiling']:.2f} (target >= 0.75), RSS growth {growth:+.1%}")
+          f"(target >= 5), c/d = {result['vs_ceiling']:.2f} (target >= 0.75)"
+          + (f", RSS growth {growth:+.1%}" if rss else ", RSS not measured"))
     print("command: .venv/bin/python benchmarks/rollout.py " + " ".join(argv))
-    print(json.dumps({k: round(v, 4) for k, v in result.items()}))
+    print(json.dumps({k: None if v is None else round(v, 4) for k, v in result.items()}))
     return result
 
 
 def main(argv: list[str]) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="a small run (~3 min)")
+    p.add_argument("--quick", action="store_true", help="a small run (~3 min); same as --size quick")
+    p.add_argument("--size", choices=sorted(SIZES), default="full", help="workload shape; gpu: one H200")
+    p.add_argument("--capacity", type=int, help="override the size's sequences in flight")
+    p.add_argument("--questions", type=int, help="override the size's number of questions")
+    p.add_argument("--no-rss", action="store_true", help="skip the RSS run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("overrides", nargs="*", help="config overrides, e.g. engine.max_num_seqs=32")
     args = p.parse_args(argv)
-    size = QUICK if args.quick else FULL
+    size = SIZES["quick" if args.quick else args.size]
+    size = replace(size, capacity=args.capacity or size.capacity, questions=args.questions or size.questions)
     return report(asyncio.run(bench(args, size)), size, argv)
 
 

@@ -19,7 +19,7 @@ from pipelines.config import AgentConfig, Config
 from pipelines.engine import Engine, Sampling, create_engine
 from pipelines.engine.driver import run_loop
 from pipelines.errors import UserError
-from pipelines.models import resolve_model
+from pipelines.models import config_model_dir
 from pipelines.storage import read_text_blocks
 
 
@@ -79,7 +79,7 @@ async def ask_async(cfg: Config, req: AskRequest) -> dict:
     if not req.question.strip():
         raise UserError("question: empty")
     preflight(req.doc)
-    model_dir = resolve_model(cfg.model.path, cfg.home_path)
+    model_dir = config_model_dir(cfg)
     engine = create_engine(str(model_dir), cfg.engine)
     try:
         codec = ChatCodec(engine.tokenizer)

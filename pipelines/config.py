@@ -32,7 +32,7 @@ class ModelConfig(Strict):
 
 
 class EngineConfig(Strict):
-    kind: Literal["vllm", "hf"] = "vllm"
+    kind: Literal["vllm", "hf", "hf_batch"] = "vllm"
     dtype: str = "bfloat16"
     max_model_len: int = 8192
     max_num_seqs: int = 64
@@ -42,6 +42,8 @@ class EngineConfig(Strict):
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     seed: int = 0
+    # hf_batch: tokens one forward step packs (prefill chunks + decodes).
+    max_batch_tokens: int = Field(2048, gt=0)
 
 
 class AgentConfig(Strict):

@@ -68,21 +68,29 @@ def check_model_dir(path: Path, ref: str) -> Path:
     return path
 
 
-def resolve_model(ref: str, home: Path) -> Path:
-    """An HF folder on local disk for any model reference; imports built-ins on first use."""
+def resolve_model(ref: str, home: Path, tracking_uri: str | None = None) -> Path:
+    """An HF folder on local disk for any model reference; imports built-ins on first use.
+    `models:/` refs are fetched from `tracking_uri` (default: MLFLOW_TRACKING_URI, else local)."""
     if is_s3(ref):
         cache = home / "cache" / "s3" / ref[len("s3://"):].strip("/")
         return check_model_dir(download_prefix(ref, cache), ref)
     if ref.startswith("models:/"):  # a registered MLflow model version, cached once fetched
         from pipelines.track.registry import fetch_registered
 
-        return check_model_dir(fetch_registered(ref, home), ref)
+        return check_model_dir(fetch_registered(ref, home, tracking_uri), ref)
     if ref in BUILTINS:
         dest = store_dir(home) / ref
         if not (dest / "config.json").is_file():
             BUILTINS[ref](home)
         return check_model_dir(dest, ref)
     return check_model_dir(Path(ref).expanduser(), ref)
+
+
+def config_model_dir(cfg, ref: str | None = None) -> Path:
+    """resolve_model with the config's home and tracking server: what every command uses."""
+    from pipelines.track.tracker import default_tracking_uri
+
+    return resolve_model(ref or cfg.model.path, cfg.home_path, default_tracking_uri(cfg.home_path, cfg.track))
 
 
 def add_arguments(p) -> list:

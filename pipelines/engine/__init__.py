@@ -11,6 +11,10 @@ def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine
         from pipelines.engine.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_dir, cfg, version)
+    if cfg.kind == "hf_batch":
+        from pipelines.engine.hf_batch_engine import HFBatchEngine
+
+        return HFBatchEngine(model_dir, cfg, version)
     from pipelines.engine.hf_engine import HFEngine
 
     return HFEngine(model_dir, "float32" if cfg.dtype == "float32" else cfg.dtype, version)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-Method = Literal["memagent", "truncation", "full"]
+from pipelines.agent.direct import Method
 
 
 class EvalConfig(BaseModel):
@@ -18,7 +16,7 @@ class EvalConfig(BaseModel):
     seed: int = 0
     # Task rows (parquet file or folder, local or s3://); None: built on the fly for `seed`.
     dataset: str | None = None
-    # Chunk store for rows that reference documents by doc_id.
+    # Chunk store for rows that reference documents by doc_id; None: rollout.store, else ingest.store.
     store: str | None = None
     # Results folder (local or s3://); None: HOME/eval/<model name>-<seed>.
     out: str | None = None
@@ -27,5 +25,5 @@ class EvalConfig(BaseModel):
     methods: tuple[Method, ...] = ("memagent", "truncation", "full")
     # Baselines' window in tokens (prompt + answer); None: the engine's max_model_len.
     window: int | None = Field(None, gt=0)
-    concurrency: int = Field(32, gt=0)  # samples in flight on the engine
+    concurrency: int = Field(32, gt=0)  # samples in flight per rollout worker (rollout.workers of them)
     traces: int = Field(2, ge=0)  # memory traces per cell logged as artifacts

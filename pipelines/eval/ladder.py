@@ -3,15 +3,16 @@
     memagent eval --model smollm2 --tasks hotpotqa,niah_single --lengths 4K,8K,16K --n 64 \
         agent.chunk_size=1024 agent.memory_budget=64
 
-Every (task, length, method) cell runs n questions at evaluation temperature on one engine
-and is saved when done, so a re-run skips finished cells. Prints the table in the paper's
+Every (task, length, method) cell runs n questions through the rollout machinery (Ray
+worker actors, pipelines.rollout) at evaluation temperature: one set of workers for the
+whole ladder, one stream per method over all its unfinished cells. A cell is saved the
+moment its last row is in, so a re-run skips finished cells. Prints the table in the paper's
 layout (sub_em % with a 95% interval) and logs metrics, table, plot and memory traces to
 MLflow as `eval/{task}/{length}/{sub_em,em,f1}`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import tempfile
@@ -75,56 +76,84 @@ def check_budgets(cfg: Config) -> None:
                         f"a memory turn would not fit engine.max_model_len={limit}")
 
 
-async def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker) -> None:
-    """Unfinished cells on one engine. Small cells run side by side (a shared cap on samples
-    in flight keeps the engine's batch full); each cell is saved the moment it completes."""
+def rollout_config(cfg: Config) -> Config:
+    """The rollout settings evaluation runs under: one sample per row at the agent's (evaluation)
+    temperature, eval.concurrency loops per worker, no dynamic-sampling drop, no staleness
+    bound, the default verifier, documents of doc_id rows from eval.store when given."""
+    e, r = cfg.eval, cfg.rollout
+    update = {"group_size": 1, "temperature": cfg.agent.temperature, "top_p": cfg.agent.top_p, "reward": None,
+              "loops_per_worker": e.concurrency, "buffer_groups": r.workers * e.concurrency,
+              "max_staleness": None, "drop_equal_rewards": False}
+    if e.store:
+        update["store"] = e.store
+    return cfg.model_copy(update={"rollout": r.model_copy(update=update)})
+
+
+def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers: list | None = None) -> None:
+    """Unfinished cells on one set of rollout workers, one stream per method. workers: actors
+    started with rollout_config(cfg) to reuse (else started here and stopped at the end)."""
+    import ray
     from tqdm import tqdm
+    from transformers import AutoTokenizer
 
-    from pipelines.agent.codec import ChatCodec
-    from pipelines.engine import create_engine
-    from pipelines.eval.runner import EvalContext
+    from pipelines.rollout.service import ensure_ray
+    from pipelines.rollout.worker import close_workers, start_workers
 
-    e = cfg.eval
-    engine = create_engine(str(model_dir(cfg)), cfg.engine)
-    bar = tqdm(total=len(todo) * e.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
-    per_cell = min(e.n, e.concurrency)
-    cells_at_once = asyncio.Semaphore(e.concurrency // per_cell + 1)
-    slots = asyncio.Semaphore(e.concurrency)
+    rcfg = rollout_config(cfg)
+    path = model_dir(cfg).absolute()
+    own_ray = workers is None and not ray.is_initialized()
+    bar = tqdm(total=len(todo) * cfg.eval.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
+    pool = list(workers or [])
     try:
-        ctx = EvalContext(engine, ChatCodec(engine.tokenizer), cfg.agent, window(cfg), open_store(cfg), e.traces)
-
-        async def gated(cell: Cell) -> None:
-            async with cells_at_once:
-                await run_cell(cfg, ctx, out, cell, tracker, slots, bar)
-
-        await asyncio.gather(*(gated(c) for c in todo))
+        if workers is None:
+            ensure_ray()
+            pool = start_workers(rcfg, str(path))
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        for method in dict.fromkeys(c[2] for c in todo):
+            cells = [c for c in todo if c[2] == method]
+            run_method(rcfg, out, cells, pool, tokenizer, tracker, bar)
     finally:
         bar.close()
-        await engine.close()
+        if workers is None:
+            close_workers(pool)
+        if own_ray:
+            ray.shutdown()
 
 
-async def run_cell(cfg: Config, ctx, out: str, cell: Cell, tracker: Tracker, slots, bar) -> None:
+def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenizer, tracker: Tracker, bar) -> None:
+    """Every unfinished cell of one method through one run_groups stream; each cell is written
+    and its metrics logged the moment its last row (scored or quarantined) is in."""
+    from pipelines.agent.codec import ChatCodec
+    from pipelines.agent.direct import context_room
+    from pipelines.eval.cells import CellBook
     from pipelines.eval.rows import cell_rows
-    from pipelines.eval.runner import run_rows
+    from pipelines.rollout.core import RolloutSpec
+    from pipelines.rollout.service import Quarantined, run_groups
 
-    e = cfg.eval
-    task, length, method = cell
-    rows = cell_rows(task, length, list(e.lengths), e.n, e.seed, e.dataset, ctx.engine.tokenizer)
-    records = []
-    async for rec in run_rows(ctx, rows, method, length, min(e.n, e.concurrency), slots):
-        records.append(rec)
+    e, a, method = cfg.eval, cfg.agent, cells[0][2]
+    codec = ChatCodec(tokenizer)  # used only by the row stream's thread
+    room = (lambda row: 0) if method == "memagent" else (
+        lambda row: context_room(codec, row.question, window(cfg), a.final_budget))
+    book = CellBook(e.traces, room)
+    rows = book.rows(cells, lambda c: cell_rows(c[0], c[1], list(e.lengths), e.n, e.seed, e.dataset, tokenizer))
+    spec = RolloutSpec(a.temperature, a.top_p, method=method, window=window(cfg), seed=a.seed)
+    for item in run_groups(cfg, rows, spec, workers=workers):
+        if isinstance(item, Quarantined):
+            book.add_failure(item.sample_id, item.reason)
+        else:
+            for t in item.trajectories:
+                book.add_trajectory(t)
         bar.update(1)
-    records.sort(key=lambda r: r["index"])
-    write_cell(records, cell_uri(out, *cell))
-    tracker.log_metrics(flat_metrics({cell: summarize(records)}))
+        save_complete(book, out, tracker)
+    save_complete(book, out, tracker)
+    if book.unfinished():
+        raise RuntimeError(f"eval: rows of {book.unfinished()} never came back from the rollout workers")
 
 
-def open_store(cfg: Config):
-    if not cfg.eval.store:
-        return None
-    from pipelines.ingest.store import ChunkStore
-
-    return ChunkStore(cfg.eval.store)
+def save_complete(book, out: str, tracker: Tracker) -> None:
+    for cell, records in book.complete():
+        write_cell(records, cell_uri(out, *cell))
+        tracker.log_metrics(flat_metrics({cell: summarize(records)}))
 
 
 def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
@@ -170,7 +199,8 @@ def write_bytes(uri: str, data: bytes) -> None:
         Path(uri).write_bytes(data)
 
 
-def main(cfg: Config) -> dict:
+def main(cfg: Config, workers: list | None = None) -> dict:
+    """The whole ladder; workers: rollout actors started with rollout_config(cfg) to reuse."""
     out = output_uri(cfg)
     cells = plan(cfg)
     check_budgets(cfg)
@@ -182,7 +212,7 @@ def main(cfg: Config) -> dict:
     tags = {"dataset": cfg.eval.dataset, "store": cfg.eval.store, "eval_out": out}
     with command_run(tracker, cfg, "eval", tags=tags):
         if todo:
-            asyncio.run(run_cells(cfg, out, todo, tracker))
+            run_cells(cfg, out, todo, tracker, workers)
         result = finalize(cfg, out, tracker)
     print(result["table"])
     print(f"results: {out}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.agent.codec import ChatCodec
+from pipelines.agent.direct import DirectLoop, Method
 from pipelines.agent.loop import AgentLoop
 from pipelines.ask import make_loop
 from pipelines.config import AgentConfig
@@ -32,6 +33,10 @@ class RolloutSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     reward: str | None = None  # dotted path of a user reward; None: the training verifier
+    # memagent: the memory loop; truncation / full: the one-turn baselines (evaluation).
+    method: Method = "memagent"
+    window: int = 0  # the one-turn baselines' prompt + answer tokens
+    seed: int | None = None  # per-request sampling seed: a reproducible evaluation
 
 
 def store_uri(cfg: Any) -> str | None:
@@ -72,8 +77,7 @@ class WorkerCore:
         row = task.row
         async with self._slots:
             start = time.perf_counter()
-            loop = make_loop(row.question, task_chunks(row, self.store, self.codec, self.agent.chunk_size),
-                             self.codec, self.agent, keep=True)
+            loop = self.make_loop(row, spec)
             turns = await self.drive(loop, spec)
             result = loop.result()
             seconds = time.perf_counter() - start
@@ -85,12 +89,19 @@ class WorkerCore:
             reward=value, accuracy=score(row, result.prediction)["sub_em"],
             doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name)
 
-    async def drive(self, loop: AgentLoop, spec: RolloutSpec) -> list[Turn]:
+    def make_loop(self, row: Any, spec: RolloutSpec) -> AgentLoop | DirectLoop:
+        chunks = task_chunks(row, self.store, self.codec, self.agent.chunk_size)
+        if spec.method == "memagent":
+            return make_loop(row.question, chunks, self.codec, self.agent, keep=True)
+        return DirectLoop(row.question, chunks, self.codec, spec.window, self.agent.final_budget,
+                          full=spec.method == "full", keep_conversations=True)
+
+    async def drive(self, loop: AgentLoop | DirectLoop, spec: RolloutSpec) -> list[Turn]:
         """Run one loop to its end; the loop keeps each conversation, we add versions and time."""
         stamps: list[tuple[int, int, float]] = []
         while (req := loop.next_request()) is not None:
             t0 = time.perf_counter()
-            sampling = Sampling(req.max_tokens, spec.temperature, spec.top_p, logprobs=True)
+            sampling = Sampling(req.max_tokens, spec.temperature, spec.top_p, spec.seed, logprobs=True)
             out = await self.engine.generate(GenRequest(sampling, req.prompt_ids))
             if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
                 raise RuntimeError("engine returned no logprob for some sampled tokens")

@@ -16,13 +16,14 @@ import threading
 from pathlib import Path
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.models import check_model_dir, resolve_model
+from pipelines.models import check_model_dir, config_model_dir
 from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
@@ -44,6 +45,14 @@ def limits_of(cfg: Config, workers: int) -> Limits:
     return Limits(workers, per_worker, r.buffer_groups, r.batch_groups, r.max_staleness, r.drop_equal_rewards)
 
 
+@dataclass(frozen=True)
+class Quarantined:
+    """A row that could not run, reported the moment it is given up on."""
+
+    sample_id: str
+    reason: str
+
+
 def failure_reason(err: BaseException) -> str:
     cause = getattr(err, "cause", None) or err
     lines = str(cause).strip().splitlines()
@@ -52,11 +61,12 @@ def failure_reason(err: BaseException) -> str:
 
 class RolloutService:
     def __init__(self, cfg: Config, rows: Iterable[Any], version: int = 0, weights: str | None = None,
-                 workers: list | None = None):
-        """workers: already started actors (start_workers) to reuse; the service then leaves them running."""
+                 workers: list | None = None, spec: RolloutSpec | None = None):
+        """workers: already started actors (start_workers) to reuse; the service then leaves them running.
+        spec: how groups are sampled (default: from cfg.rollout)."""
         r = cfg.rollout
         self.cfg = cfg
-        self.spec = RolloutSpec(r.temperature, r.top_p, r.reward)
+        self.spec = spec or RolloutSpec(r.temperature, r.top_p, r.reward)
         self.sched = Scheduler(rows, r.group_size, limits_of(cfg, len(workers or []) or r.workers), version)
         self.quarantine: list[tuple[str, str]] = []  # (sample_id, reason) of groups that failed
         self._policy = (weights, version)
@@ -71,7 +81,7 @@ class RolloutService:
     def start(self) -> RolloutService:
         ensure_ray()
         if self._own:
-            model_dir = str(resolve_model(self.cfg.model.path, self.cfg.home_path).absolute())
+            model_dir = str(config_model_dir(self.cfg).absolute())
             self.workers = start_workers(self.cfg, model_dir, self._policy[1], self._policy[0])
         ray.get([w.ready.remote(*self._policy) for w in self.workers])
         self._thread = threading.Thread(target=self._pump, name="rollout-pump", daemon=True)
@@ -98,6 +108,26 @@ class RolloutService:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no batch of {n_groups} groups within {timeout} s")
                 self._cond.wait(0.5)
+
+    def stream(self) -> Iterator[Group | Quarantined]:
+        """Every group and every quarantined row as it arrives, until all work is done."""
+        seen = 0
+        while True:
+            with self._cond:
+                while True:
+                    if self._error is not None:
+                        raise self._error
+                    groups, failed = self.sched.take(1), self.quarantine[seen:]
+                    done = self.sched.finished and self.sched.buffered == 0
+                    if groups or failed or done:
+                        self._cond.notify_all()
+                        break
+                    self._cond.wait(0.5)
+            seen += len(failed)
+            yield from (Quarantined(*q) for q in failed)
+            yield from groups
+            if done and not groups and not failed:
+                return
 
     def push_weights(self, path: str, version: int) -> None:
         """Every worker swaps to `path` between engine steps; in-flight loops continue."""
@@ -197,23 +227,18 @@ class RolloutService:
         self._cond.notify_all()
 
 
-def run_groups(cfg: Config, rows: Iterable[Any], group_size: int = 1, temperature: float = 0.0,
-               drop_equal_rewards: bool = False, workers: list | None = None,
-               quarantine: list | None = None) -> Iterator[Group]:
-    """Stream Groups for task rows through the rollout machinery (evaluation, inspection).
+def run_groups(cfg: Config, rows: Iterable[Any], spec: RolloutSpec, group_size: int = 1,
+               workers: list | None = None) -> Iterator[Group | Quarantined]:
+    """Stream groups for task rows through the rollout machinery (evaluation, inspection).
 
-    One policy, no learner, so no staleness bound. Groups arrive in completion order and
-    name their sample_id. workers: started actors to reuse (else the call starts and stops
-    its own). Rows that cannot run are not yielded; their (sample_id, reason) pairs are
-    appended to `quarantine` when given.
+    One policy, no learner: no staleness bound, no dynamic-sampling drop. Groups arrive in
+    completion order and name their sample_id; a row that cannot run arrives as Quarantined
+    (sample_id, reason) when it is given up on, so a caller can settle it without waiting
+    for the rest. workers: started actors to reuse (else the call starts and stops its own).
     """
-    r = cfg.rollout.model_copy(update={"group_size": group_size, "temperature": temperature,
-                                       "drop_equal_rewards": drop_equal_rewards, "max_staleness": None})
-    service = RolloutService(cfg.model_copy(update={"rollout": r}), rows, workers=workers).start()
+    r = cfg.rollout.model_copy(update={"group_size": group_size, "drop_equal_rewards": False, "max_staleness": None})
+    service = RolloutService(cfg.model_copy(update={"rollout": r}), rows, workers=workers, spec=spec).start()
     try:
-        while groups := service.take(1):
-            yield from groups
+        yield from service.stream()
     finally:
         service.close()
-        if quarantine is not None:
-            quarantine.extend(service.quarantine)

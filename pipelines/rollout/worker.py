@@ -16,22 +16,9 @@ import ray
 
 from pipelines.config import Config
 from pipelines.rollout.core import RolloutSpec, store_uri
+from pipelines.rollout.rss import process_rss
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group
-
-
-def process_rss(pid: int) -> int:
-    """RSS of a process and its children (the vLLM engine core runs in a child process)."""
-    import psutil
-
-    proc = psutil.Process(pid)
-    total = proc.memory_info().rss
-    for child in proc.children(recursive=True):
-        try:
-            total += child.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 class RolloutWorker:

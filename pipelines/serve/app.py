@@ -46,9 +46,9 @@ def absolute_ref(ref: str | None) -> str | None:
 
 def preflight(cfg: Config, model: str | None) -> None:
     """Bad model or store references fail here, in one line, not in restarting replicas."""
-    from pipelines.models import resolve_model
+    from pipelines.models import config_model_dir
 
-    resolve_model(absolute_ref(model or cfg.model.path), cfg.home_path)
+    config_model_dir(cfg, absolute_ref(model or cfg.model.path))
     if cfg.serve.store:
         from pipelines.ingest.store import ChunkStore
 
@@ -62,8 +62,10 @@ def build_app(cfg: Config, model: str | None = None):
 
     s = cfg.serve
     serve_cfg = s.model_copy(update={"store": absolute_ref(s.store)})
+    from pipelines.track.tracker import default_tracking_uri
+
     settings = ReplicaSettings(absolute_ref(model or cfg.model.path), str(cfg.home_path), state_dir(cfg),
-                               cfg.engine, cfg.agent, serve_cfg)
+                               cfg.engine, cfg.agent, serve_cfg, default_tracking_uri(cfg.home_path, cfg.track))
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
     agent = Agent.options(

@@ -39,6 +39,7 @@ class ReplicaSettings:
     engine: EngineConfig
     agent: AgentConfig
     serve: ServeConfig
+    tracking_uri: str | None = None  # where models:/ refs are fetched from
 
 
 def error_dict(e: BaseException) -> dict:
@@ -63,7 +64,7 @@ class AgentCore:
     def create(cls, settings: ReplicaSettings) -> "AgentCore":
         """Serves the last reloaded version if there was one, else the configured model."""
         model, version = read_model_state(settings.state_dir) or (settings.model, 0)
-        model_dir = resolve_model(model, _home(settings))
+        model_dir = _model_dir(settings, model)
         return cls(settings, create_engine(str(model_dir), settings.engine, version), model)
 
     async def sync_version(self) -> None:
@@ -137,7 +138,7 @@ class AgentCore:
     async def resolve(self, model: str) -> dict:
         """Checks (and fetches) a model reference before any replica is told to load it."""
         try:
-            path = await asyncio.to_thread(resolve_model, model, _home(self.settings))
+            path = await asyncio.to_thread(_model_dir, self.settings, model)
         except Exception as e:  # noqa: BLE001
             return error_dict(e)
         return {"model": model, "path": str(path)}
@@ -146,7 +147,7 @@ class AgentCore:
         """Swap weights in place; requests in flight keep going (their later turns use the new ones)."""
         async with self._reload_lock:
             if version > self.engine.version:
-                path = await asyncio.to_thread(resolve_model, model, _home(self.settings))
+                path = await asyncio.to_thread(_model_dir, self.settings, model)
                 await self.engine.load_weights(str(path), version)
                 self.model = model
         return self.info()
@@ -159,8 +160,8 @@ class AgentCore:
         await self.engine.close()
 
 
-def _home(settings: ReplicaSettings) -> Path:
-    return Path(settings.home)
+def _model_dir(settings: ReplicaSettings, model: str) -> Path:
+    return resolve_model(model, Path(settings.home), settings.tracking_uri)
 
 
 def chat_completion(served: str, asked: str | None, out, n_prompt: int, version: int) -> dict:

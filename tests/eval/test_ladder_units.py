@@ -5,7 +5,7 @@ import math
 import pytest
 
 from pipelines.errors import UserError
-from pipelines.eval.baselines import head_tail
+from pipelines.agent.direct import head_tail
 from pipelines.eval.report import flat_metrics, format_table
 from pipelines.eval.results import summarize
 from pipelines.eval.rows import nearest_length
@@ -124,7 +124,7 @@ def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset)
 
 
 def test_answer_recall_finds_unboxed_gold():
-    from pipelines.eval.runner import answer_recall
+    from pipelines.eval.records import answer_recall
     from pipelines.ingest.tasks import TaskRow
 
     row = TaskRow("s", "q?", ["Charles Guiteau"], "one_of", None, "ctx", 3, "t", "test")

@@ -125,7 +125,8 @@ def test_registered_version_loads_in_ask(tiny_model_dir, tmp_path, tracking_env)
     proc = run_cli("ask", "--doc", str(doc), "--question", "What colour is the sky?", "--json",
                    "model.path=models:/tiny-test@champion", "engine.kind=hf", "engine.dtype=float32",
                    "agent.chunk_size=256", "agent.memory_budget=8", "agent.final_budget=8",
-                   env={"MEMAGENT_HOME": str(tmp_path / "fresh")})
+                   f"track.tracking_uri={tracking_env}",  # the config, not the environment, names the server
+                   env={"MEMAGENT_HOME": str(tmp_path / "fresh"), "MLFLOW_TRACKING_URI": ""})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["turns"] >= 2
     assert (tmp_path / "fresh" / "cache" / "registry" / "tiny-test" / version.version / "config.json").is_file()
