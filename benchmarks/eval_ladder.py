@@ -6,7 +6,8 @@ no-memory truncation baseline, both on the same model and the same context windo
     .venv/bin/python benchmarks/eval_ladder.py --lengths 4K,8K,16K --n 8   # a custom rung set
 
 Both methods see at most `window` tokens per call: the agent reads the document a chunk at a
-time, the baseline keeps what fits (head and tail). The figure is how much accuracy each
+time, the baseline keeps what fits (head and tail). Both run through the rollout machinery
+(one Ray worker actor with a vLLM engine, `rollout.workers` to change) at temperature 0. The figure is how much accuracy each
 loses from the shortest to the longest document. Results are resumable cells under the home.
 Last line: {"table": {task: {length: sub_em}}, "drop_memagent": ..., "drop_truncation": ...}.
 """

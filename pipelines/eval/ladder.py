@@ -28,19 +28,6 @@ from pipelines.track import Tracker, command_run, create_tracker
 Cell = tuple[str, str, str]
 
 
-def model_dir(cfg: Config) -> Path:
-    """Any model reference, `models:/` ones through the configured tracking server."""
-    from pipelines.models import resolve_model
-
-    ref = cfg.model.path
-    if ref.startswith("models:/"):
-        from pipelines.track.registry import fetch_registered
-        from pipelines.track.tracker import default_tracking_uri
-
-        return fetch_registered(ref, cfg.home_path, default_tracking_uri(cfg.home_path, cfg.track))
-    return resolve_model(ref, cfg.home_path)
-
-
 def output_uri(cfg: Config) -> str:
     if cfg.eval.out:
         return cfg.eval.out
@@ -96,11 +83,12 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
+    from pipelines.models import config_model_dir
     from pipelines.rollout.service import ensure_ray
     from pipelines.rollout.worker import close_workers, start_workers
 
     rcfg = rollout_config(cfg)
-    path = model_dir(cfg).absolute()
+    path = config_model_dir(cfg).absolute()
     own_ray = workers is None and not ray.is_initialized()
     bar = tqdm(total=len(todo) * cfg.eval.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
     pool = list(workers or [])

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from pipelines.errors import UserError
 from pipelines.agent.direct import head_tail
+from pipelines.errors import UserError
 from pipelines.eval.report import flat_metrics, format_table
 from pipelines.eval.results import summarize
 from pipelines.eval.rows import nearest_length

@@ -1,0 +1,188 @@
+"""Transformers' own continuous batching behind the Engine interface: a batching engine without vLLM.
+
+    .venv/bin/python benchmarks/rollout.py --quick engine.kind=hf_batch model.path=/some/hf/folder
+
+`ContinuousBatchingManager` runs one background thread that packs every queued request into
+each forward step (prefill chunks and decodes together, paged KV cache), so many concurrent
+`generate` calls share the model like they do in vLLM. It is what runs where vLLM cannot
+(a GPU machine with only torch and transformers). Works with transformers 5.17 and 5.19.
+
+What the manager fixes per engine rather than per request, and what we do about it:
+  - sampling on/off is one switch: it always samples; a greedy request gets a temperature
+    so low that the softmax is one-hot at the argmax (exact greedy, without a sort per step).
+  - temperature varies per request (per-request logits processors); top_p < 1 would need a
+    full-vocabulary sort per token each step (~145 ms for 32 rows on 2 CPU cores), so top_p
+    is fixed at 1.0 and a request asking for another value is refused.
+  - one random generator, seeded from `engine.seed`: per-request seeds are not honoured.
+  - logprobs are those of the distribution sampled from (after temperature), as in
+    HF `generate`'s scores; a greedy token's is ~0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import torch
+
+from pipelines.agent.codec import ChatCodec
+from pipelines.config import EngineConfig
+from pipelines.engine.base import Completion, GenRequest
+from pipelines.errors import UserError
+
+GREEDY_TEMPERATURE = 1e-6
+# Any value but 1.0 makes transformers create the temperature processor; every request sets its own.
+DEFAULT_TEMPERATURE = 0.5
+PAGE_TOKENS = 256
+_ids = itertools.count()
+
+
+def kv_bytes_per_token(model_config: Any, dtype: torch.dtype) -> int:
+    """Bytes of K and V one token takes over all layers (sizes the paged cache)."""
+    c = model_config.get_text_config()
+    heads = c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
+
+
+def cache_blocks(cfg: EngineConfig, per_token: int, on_cpu: bool) -> int:
+    """Pages of 256 tokens: room for max_num_seqs full-length sequences, within cpu_kvcache_gib on CPU."""
+    tokens = cfg.max_num_seqs * cfg.max_model_len
+    if on_cpu:
+        tokens = min(tokens, cfg.cpu_kvcache_gib * 2**30 // per_token)
+    return max(1, math.ceil(tokens / PAGE_TOKENS))
+
+
+def cb_config(cfg: EngineConfig, num_blocks: int, on_cpu: bool) -> Any:
+    """The continuous-batching config; only fields both 5.17 and 5.19 know, plus optional ones."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    kw = dict(num_blocks=num_blocks, max_batch_tokens=cfg.max_batch_tokens,
+              max_requests_per_batch=cfg.max_num_seqs, return_logprobs=True, per_request_processors=True,
+              seed=cfg.seed)
+    if not on_cpu:
+        kw["max_memory_percent"] = cfg.gpu_memory_utilization
+    return ContinuousBatchingConfig(**{k: v for k, v in kw.items() if k in fields})
+
+
+class HFBatchEngine:
+    def __init__(self, model_dir: str, cfg: EngineConfig, version: int = 0):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = cfg
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        on_cpu = self.device.type == "cpu"
+        dtype = torch.float32 if on_cpu else torch.bfloat16
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # sdpa: the paged path transformers runs on CPU and on CUDA without the flash-attn package
+        # (5.17 calls it "paged|sdpa"); with flash-attn installed, the manager switches to it itself.
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=dtype, attn_implementation="sdpa").to(self.device).eval()
+        self.codec = ChatCodec(self.tokenizer)
+        self.version = version
+        eos = self.model.generation_config.eos_token_id
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        self._eos = set(eos if isinstance(eos, list) else [eos])
+        self._cb = cb_config(cfg, cache_blocks(cfg, kv_bytes_per_token(self.model.config, dtype), on_cpu), on_cpu)
+        self._open = asyncio.Event()
+        self._open.set()
+        self._loading = asyncio.Lock()
+        self.manager = self._start_manager()
+
+    def _start_manager(self) -> Any:
+        from transformers import GenerationConfig
+
+        eos = sorted(self._eos)
+        pad = eos[0] if self.tokenizer.pad_token_id is None else self.tokenizer.pad_token_id
+        gen = GenerationConfig(do_sample=True, temperature=DEFAULT_TEMPERATURE, top_p=1.0, top_k=None,
+                               eos_token_id=eos, pad_token_id=pad)
+        manager = self.model.init_continuous_batching(generation_config=gen, continuous_batching_config=self._cb)
+        manager.start()
+        return manager
+
+    async def generate(self, request: GenRequest) -> Completion:
+        s = request.sampling
+        prompt = request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
+        prompt = list(prompt)
+        self._check(prompt, s)
+        await self._open.wait()  # closed only while a 5.17 manager drains for a weight swap
+        version = self.version
+        out = await self._submit(prompt, s.max_tokens, GREEDY_TEMPERATURE if s.temperature == 0 else s.temperature)
+        ids = list(out.generated_tokens)[:s.max_tokens]
+        finish = "stop" if ids and ids[-1] in self._eos else ("length" if len(ids) >= s.max_tokens else "stop")
+        logprobs = [float(x) for x in out.logprobs[:len(ids)]] if s.logprobs else None
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Completion(prompt, ids, text, finish, logprobs, version)
+
+    def _check(self, prompt: list[int], s: Any) -> None:
+        if s.temperature > 0 and s.top_p < 1.0:
+            raise UserError(f"top_p={s.top_p}: engine.kind=hf_batch samples with top_p=1.0 only "
+                            "(use engine.kind=vllm or hf for nucleus sampling)")
+        if len(prompt) + s.max_tokens > self.cfg.max_model_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens + max_tokens {s.max_tokens} exceeds "
+                             f"engine.max_model_len={self.cfg.max_model_len}")
+
+    async def _submit(self, prompt: list[int], max_tokens: int, temperature: float) -> Any:
+        """One request into the manager; its thread hands the finished output to this event loop."""
+        done = asyncio.get_running_loop().create_future()
+        rid = f"hfb{next(_ids)}"
+
+        def deliver(output: Any) -> None:
+            if output.is_finished() and not done.done():
+                done.set_result(output)
+
+        self.manager.register_result_handler(rid, deliver)
+        if self.manager.add_request(prompt, request_id=rid, max_new_tokens=max_tokens,
+                                    temperature=float(temperature)) is None:
+            raise RuntimeError("hf_batch engine: the batching manager refused the request (stopped or crashed)")
+        out = await done
+        if out.error is not None:
+            raise RuntimeError(f"hf_batch engine: generation failed: {out.error}")
+        return out
+
+    async def load_weights(self, path: str, version: int) -> None:
+        """Swap weights in place between steps; requests in flight keep going on the new weights.
+
+        transformers >= 5.19 pauses the loop (cache and requests kept); 5.17 has no pause, so
+        there the manager finishes what is in flight on the old weights, new requests wait, and
+        a fresh manager starts on the new ones: nothing is dropped either way.
+        """
+        from transformers import AutoModelForCausalLM
+
+        async with self._loading:
+            fresh = await asyncio.to_thread(AutoModelForCausalLM.from_pretrained, path, dtype=self.model.dtype)
+            state = fresh.state_dict()
+            if hasattr(self.manager, "pause"):
+                await asyncio.to_thread(self._swap_paused, state)
+            else:
+                await self._swap_drained(state)
+            self.version = version
+
+    def _swap_paused(self, state: dict) -> None:
+        with self.manager.pause(), torch.no_grad():
+            self.model.load_state_dict(state)
+
+    async def _swap_drained(self, state: dict) -> None:
+        self._open.clear()
+        try:
+            await asyncio.to_thread(self.manager.stop, block=True)
+            await asyncio.to_thread(self.manager.destroy)
+            with torch.no_grad():
+                self.model.load_state_dict(state)
+            self.manager = self._start_manager()
+        finally:
+            self._open.set()
+
+    async def close(self) -> None:
+        if self.manager is not None:
+            await asyncio.to_thread(self.manager.stop, block=True, hard_stop=True)
+            await asyncio.to_thread(self.manager.destroy)
+            self.manager = None
+        self.model = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

@@ -1,0 +1,91 @@
+"""Bookkeeping of the ladder's cells while one rollout stream serves every cell of a method.
+
+The rows of all unfinished cells of a method are chained into one lazy stream, which the
+rollout service's dispatcher pulls (in its own thread) as workers have room. Each row
+travels under a sample_id unique across cells ("task/length/method#index"); its record
+keeps the row's own id. Results come back in any order, trajectories or quarantined rows;
+a cell is complete the moment all its rows are in, and only unfinished cells' records are
+held. A cell's row count is known when its last row is handed out (one row of lookahead),
+so its final result always finds the count set.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+
+from pipelines.eval.records import Cell, RowRef, quarantine_record, trajectory_record
+from pipelines.ingest.tasks import TaskRow
+from pipelines.rollout.trajectory import Trajectory
+
+
+def row_key(cell: Cell, index: int) -> str:
+    return f"{'/'.join(cell)}#{index}"
+
+
+class CellBook:
+    def __init__(self, traces: int, room: Callable[[TaskRow], int] = lambda row: 0):
+        """room: document tokens a one-turn baseline fits for this row's question."""
+        self.traces, self._room = traces, room
+        self._lock = threading.Lock()
+        self._refs: dict[str, RowRef] = {}
+        self._expected: dict[Cell, int] = {}
+        self._records: dict[Cell, list[dict]] = {}
+
+    def rows(self, cells: Iterable[Cell], rows_of: Callable[[Cell], Iterable[TaskRow]]) -> Iterator[TaskRow]:
+        """The rows of every cell in turn, each renamed to its unique key; pulled lazily."""
+        for cell in cells:
+            with self._lock:
+                self._records[cell] = []
+            indexed = enumerate(rows_of(cell))
+            nxt = next(indexed, None)
+            if nxt is None:
+                self._set_expected(cell, 0)
+            while nxt is not None:
+                index, row = nxt
+                nxt = next(indexed, None)
+                slim = replace(row, context="") if row.context is not None else row  # the document stays out
+                with self._lock:
+                    self._refs[row_key(cell, index)] = RowRef(cell, index, slim, self._room(row))
+                if nxt is None:
+                    self._set_expected(cell, index + 1)
+                yield replace(row, sample_id=row_key(cell, index))
+
+    def _set_expected(self, cell: Cell, n: int) -> None:
+        with self._lock:
+            self._expected[cell] = n
+
+    def _pop(self, key: str) -> RowRef:
+        with self._lock:
+            ref = self._refs.pop(key, None)
+        if ref is None:
+            raise RuntimeError(f"eval: a result for '{key}', which is not running (lost or duplicated)")
+        return ref
+
+    def add_trajectory(self, t: Trajectory) -> Cell:
+        ref = self._pop(t.sample_id)
+        self._append(ref.cell, trajectory_record(ref, t, self.traces))
+        return ref.cell
+
+    def add_failure(self, key: str, reason: str) -> Cell:
+        ref = self._pop(key)
+        self._append(ref.cell, quarantine_record(ref, reason))
+        return ref.cell
+
+    def _append(self, cell: Cell, record: dict) -> None:
+        with self._lock:
+            self._records[cell].append(record)
+
+    def complete(self) -> list[tuple[Cell, list[dict]]]:
+        """Cells whose rows are all in, removed from the book; their records in row order."""
+        with self._lock:
+            done = [c for c, recs in self._records.items() if self._expected.get(c) == len(recs)]
+            out = [(c, sorted(self._records.pop(c), key=lambda r: r["index"])) for c in done]
+            for c in done:
+                del self._expected[c]
+        return out
+
+    def unfinished(self) -> list[Cell]:
+        with self._lock:
+            return list(self._records)

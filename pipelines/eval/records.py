@@ -1,0 +1,62 @@
+"""One ladder record per (cell, row): built from a rollout Trajectory, or from a quarantined row.
+
+A record keeps what the table, the CSV and the memory traces need, never the document or
+the token ids: the question, gold answers, prediction, raw answer, scores, document tokens,
+turns, the memory (every step for the first `traces` rows of a cell, else the last one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.agent.reward import normalize_answer, recall_all
+from pipelines.ingest.tasks import TaskRow, score
+from pipelines.rollout.trajectory import Trajectory
+
+MAX_ANSWER_CHARS = 2000
+Cell = tuple[str, str, str]  # (task, length, method)
+
+
+@dataclass(frozen=True)
+class RowRef:
+    """What a record needs of a row while it runs: the row without its document."""
+
+    cell: Cell
+    index: int  # position of the row in its cell
+    row: TaskRow
+    room: int  # document tokens the one-turn baselines fit; a longer document is cut
+
+
+def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
+    return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method, "index": index,
+            "question": row.question, "answers": list(row.answers), "prediction": None, "answer": "",
+            "em": 0.0, "sub_em": 0.0, "f1": 0.0, "answer_recall": 0.0, "doc_tokens": 0, "turns": 0,
+            "truncated": False, "error": None, "memory": [], "seconds": 0.0}
+
+
+def answer_recall(row: TaskRow, answer: str) -> float:
+    """Gold found anywhere in the raw answer, boxed or not: a diagnostic for base models that
+    rarely box (their sub_em is ~0 whatever they read). Not the paper's accuracy."""
+    if row.answer_kind == "all_of":
+        return recall_all(answer, row.answers)
+    text = normalize_answer(answer)
+    return float(any(normalize_answer(a) and normalize_answer(a) in text for a in row.answers))
+
+
+def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
+    _, length, method = ref.cell
+    rec = base_record(ref.row, method, length, ref.index)
+    rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
+               turns=len(t.turns), truncated=method != "memagent" and t.doc_tokens > ref.room,
+               memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
+    rec.update(score(ref.row, t.prediction), answer_recall=answer_recall(ref.row, t.answer))
+    return rec
+
+
+def quarantine_record(ref: RowRef, reason: str) -> dict:
+    """A row that could not run (a full document beyond the window, an empty question): scored as
+    nothing, its reason in `error`, so its cell reads n/a instead of losing the row."""
+    _, length, method = ref.cell
+    rec = base_record(ref.row, method, length, ref.index)
+    rec["error"] = reason.removeprefix("UserError: ")
+    return rec
