@@ -37,21 +37,25 @@ def tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
-    """A random 2-layer Llama with SmolLM2's tokenizer: for tests where only shapes matter."""
+def make_tiny_llama(out: Path, tokenizer, **dims) -> Path:
+    """A random Llama with SmolLM2's tokenizer, saved as an HF folder: for tests where only shapes matter."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("tiny-llama")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=8192, bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **dims)
     LlamaForCausalLM(cfg).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A random 2-layer Llama (head_dim 16: the transformers engines only; vLLM's CPU attention refuses it)."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=8192)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Literal
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.loop import AgentResult, Conversation, TurnRequest
+from pipelines.agent.loop import AgentResult, TurnRequest, settle
 from pipelines.agent.reward import extract_boxed
 from pipelines.errors import UserError
 
@@ -113,13 +113,7 @@ class DirectLoop:
     def feed(self, response_ids: list[int], text: str, logprobs: list[float] | None = None,
              finish_reason: str = "stop") -> None:
         req, self._pending = self._pending, None
-        if req is None:
-            raise RuntimeError("feed() without a pending request")
-        if len(response_ids) > req.max_tokens:
-            raise RuntimeError(f"engine returned {len(response_ids)} tokens > max_tokens={req.max_tokens}")
-        if self._keep:
-            self._result.conversations.append(
-                Conversation(req.prompt_ids, list(response_ids), logprobs, finish_reason, True))
+        settle(req, response_ids, logprobs, finish_reason, self._result if self._keep else None)
         self._result.answer = text
         self._result.prediction = extract_boxed(text)
         self._done = True

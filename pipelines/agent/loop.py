@@ -61,6 +61,18 @@ class AgentResult:
         return len(self.memory) + 1
 
 
+def settle(req: TurnRequest | None, response_ids: list[int], logprobs: list[float] | None, finish_reason: str,
+           keep_in: AgentResult | None) -> None:
+    """Check a fed response against its request; record the conversation when kept."""
+    if req is None:
+        raise RuntimeError("feed() without a pending request")
+    if len(response_ids) > req.max_tokens:
+        raise RuntimeError(f"engine returned {len(response_ids)} tokens > max_tokens={req.max_tokens}")
+    if keep_in is not None:
+        keep_in.conversations.append(
+            Conversation(req.prompt_ids, list(response_ids), logprobs, finish_reason, req.is_final))
+
+
 class AgentLoop:
     def __init__(
         self,
@@ -110,13 +122,7 @@ class AgentLoop:
     def feed(self, response_ids: list[int], text: str, logprobs: list[float] | None = None,
              finish_reason: str = "stop") -> None:
         req, self._pending = self._pending, None
-        if req is None:
-            raise RuntimeError("feed() without a pending request")
-        if len(response_ids) > req.max_tokens:
-            raise RuntimeError(f"engine returned {len(response_ids)} tokens > max_tokens={req.max_tokens}")
-        if self._keep:
-            self._result.conversations.append(
-                Conversation(req.prompt_ids, list(response_ids), logprobs, finish_reason, req.is_final))
+        settle(req, response_ids, logprobs, finish_reason, self._result if self._keep else None)
         if req.is_final:
             self._result.answer = text
             self._result.prediction = extract_boxed(text)

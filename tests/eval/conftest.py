@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import make_tiny_llama
 from tests.eval.needles import write_needle_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,20 +20,10 @@ def needle_dataset(tmp_path_factory, tokenizer) -> str:
 
 @pytest.fixture(scope="session")
 def vllm_tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
-    """A random 2-layer Llama that vLLM's CPU attention accepts (head_dim 64; the shared
-    tiny model's 16 is refused): structure only, in seconds."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny-llama-vllm")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                      max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    """A random 2-layer Llama that vLLM's CPU attention accepts (head_dim 64): structure only, in seconds."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama-vllm"), tokenizer, hidden_size=128,
+                           intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, max_position_embeddings=4096)
 
 
 @pytest.fixture(scope="module")
