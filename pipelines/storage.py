@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -94,7 +95,8 @@ def decode_block(decoder: codecs.IncrementalDecoder, raw: bytes, uri: str, final
 
 
 def download_prefix(uri: str, dest: Path) -> Path:
-    """Copy every object under an s3:// prefix (or folder) into dest; skips files already there."""
+    """Copy every object under an s3:// prefix (or folder) into dest; skips files already there.
+    Each file appears whole (written aside, then renamed), also with several processes fetching."""
     fs, root = resolve(uri)
     selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
     infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
@@ -105,7 +107,7 @@ def download_prefix(uri: str, dest: Path) -> Path:
         if target.exists() and target.stat().st_size == info.size:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + ".part")
+        tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:12]}.part")  # concurrent fetchers never share one
         with fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:
             while buf := src.read(BLOCK * 8):
                 out.write(buf)

@@ -53,6 +53,23 @@ class Quarantined:
     reason: str
 
 
+def check_weights_ref(path: str) -> str:
+    """A local folder (made absolute: workers may run elsewhere), an s3:// prefix holding a model
+    folder, or a models:/ reference; workers fetch remote ones into their own cache."""
+    if path.startswith("models:/"):
+        return path
+    if path.startswith("s3://"):
+        import pyarrow.fs as pafs
+
+        from pipelines.storage import resolve
+
+        fs, root = resolve(path.rstrip("/") + "/config.json")
+        if fs.get_file_info(root).type != pafs.FileType.File:
+            raise UserError(f"weights '{path}': no config.json under this prefix")
+        return path
+    return str(check_model_dir(Path(path), path).absolute())
+
+
 def failure_reason(err: BaseException) -> str:
     cause = getattr(err, "cause", None) or err
     lines = str(cause).strip().splitlines()
@@ -133,7 +150,7 @@ class RolloutService:
         """Every worker swaps to `path` between engine steps; in-flight loops continue."""
         if version <= self._policy[1]:
             raise UserError(f"weights '{path}': version {version} is not newer than {self._policy[1]}")
-        check_model_dir(Path(path), path)  # a bad folder fails here, not inside every worker
+        path = check_weights_ref(path)  # a bad reference fails here, not inside every worker
         refs = [w.load_weights.remote(path, version) for w in self.workers]
         with self._cond:
             self._policy = (path, version)  # restarted workers catch up from here
@@ -142,6 +159,8 @@ class RolloutService:
                 ray.get(ref)
             except ray.exceptions.RayActorError:
                 pass  # it restarts and loads this policy before its next group
+            except ray.exceptions.RayTaskError as e:
+                raise UserError(f"weights '{path}': a worker could not load them: {failure_reason(e)}") from None
         with self._cond:
             self.sched.version = version
             self._cond.notify_all()

@@ -39,7 +39,7 @@ class RolloutWorker:
             if self.core is None:
                 self.core = await asyncio.to_thread(self._build)
                 if self.weights:
-                    await self.core.engine.load_weights(self.weights, self.version)
+                    await self.core.engine.load_weights(await self._local(self.weights), self.version)
         if weights is not None and version is not None and version > self.version:
             await self.load_weights(weights, version)
 
@@ -61,9 +61,15 @@ class RolloutWorker:
         async with self._loading:
             if version > self.version:
                 if self.core is not None:
-                    await self.core.engine.load_weights(path, version)
+                    await self.core.engine.load_weights(await self._local(path), version)
                 self.weights, self.version = path, version
         return self.version
+
+    async def _local(self, ref: str) -> str:
+        """A folder on this node for a pushed policy: s3:// and models:/ refs are fetched once."""
+        from pipelines.models import config_model_dir
+
+        return str(await asyncio.to_thread(config_model_dir, self.cfg, ref))
 
     async def info(self) -> dict[str, Any]:
         import psutil
@@ -82,7 +88,7 @@ class RolloutWorker:
 def start_workers(cfg: Config, model_dir: str, version: int = 0, weights: str | None = None) -> list:
     """N worker actors; each restarts on death and runs many groups at once."""
     r = cfg.rollout.model_copy(update={"store": store_uri(cfg)})  # resolved where the cwd is the user's
-    cfg = cfg.model_copy(update={"rollout": r})
+    cfg = cfg.model_copy(update={"rollout": r, "home": str(cfg.home_path)})  # caches on this node
     actor = ray.remote(RolloutWorker).options(
         num_cpus=r.worker_num_cpus, max_restarts=r.max_restarts, max_task_retries=0,
         max_concurrency=max(1000, 4 * r.loops_per_worker))

@@ -21,7 +21,8 @@ def rollout_cfg(*overrides: str):
 
 
 @pytest.fixture(scope="module")
-def ray_session():
+def ray_session(s3):
+    """Started after the S3 server, so workers inherit its endpoint and keys (pushes from s3://)."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,

@@ -10,11 +10,13 @@ import math
 import os
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from pipelines.agent.chunking import n_turns
+from pipelines.errors import UserError
 from pipelines.rollout.metrics import rollout_metrics
 from pipelines.rollout.service import RolloutService
 from pipelines.rollout.trajectory import to_table
@@ -110,7 +112,15 @@ def first_token_logprobs(groups) -> dict:
             for g in groups for i, turn in enumerate(g.trajectories[0].turns)}
 
 
-def test_weight_push_mid_run_drops_nothing_changes_logprobs_and_bounds_staleness(workers, perturbed_dir):
+def upload_folder(s3, folder: Path, prefix: str) -> str:
+    client = s3.client()
+    for f in folder.iterdir():
+        client.put_object(Bucket="memagent-test", Key=f"{prefix}/{f.name}", Body=f.read_bytes())
+    return f"s3://memagent-test/{prefix}"
+
+
+def test_weight_push_mid_run_drops_nothing_changes_logprobs_and_bounds_staleness(workers, perturbed_dir, s3):
+    sources = [str(perturbed_dir), upload_folder(s3, perturbed_dir, "ckpt/perturbed")]  # local and s3 pushes
     greedy = ["rollout.group_size=1", "rollout.temperature=0", "rollout.drop_equal_rewards=false"]
     with RolloutService(rollout_cfg(*greedy, "rollout.max_staleness=null"), rows(), workers=workers).start() as s:
         baseline = first_token_logprobs(take_all(s))
@@ -124,7 +134,7 @@ def test_weight_push_mid_run_drops_nothing_changes_logprobs_and_bounds_staleness
             assert all(version - g.version_min <= 1 for g in batch)
             delivered += batch
             version += 1
-            service.push_weights(str(perturbed_dir), version)  # the same weights, a new version
+            service.push_weights(sources[version % 2], version)  # the same weights, a new version
         stats = service.stats()
     ids = [g.sample_id for g in delivered]
     assert len(ids) == len(set(ids)) and len(ids) + stats["stale"] == len(REPEATS)
@@ -135,6 +145,9 @@ def test_weight_push_mid_run_drops_nothing_changes_logprobs_and_bounds_staleness
     after = [abs(lp - baseline[k][1]) for k, (p, lp, v0, v1) in pushed.items() if v0 >= 1 and p == baseline[k][0]]
     assert before and after
     assert sum(after) / len(after) > 5 * (sum(before) / len(before) + 0.01)
+    assert version >= 2, "both the local and the s3:// push ran"
+    with pytest.raises(UserError, match=r"^weights 's3://memagent-test/none': no config.json"):
+        RolloutService(cfg, [], workers=workers).push_weights("s3://memagent-test/none", version + 1)
 
 
 def test_a_killed_worker_loses_and_duplicates_nothing(workers):
