@@ -39,6 +39,8 @@ class EngineConfig(Strict):
     enforce_eager: bool = True
     # CPU build: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE). GPU build: memory fraction.
     cpu_kvcache_gib: int = 2
+    # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
+    cpu_reserved_cores: int | None = Field(None, ge=0)
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     seed: int = 0

@@ -26,6 +26,16 @@ def is_cpu_build() -> bool:
         return False
 
 
+def reserved_cores(cfg: EngineConfig) -> int:
+    """Cores the CPU build keeps for its scheduler process instead of the model's threads.
+    vLLM keeps 1; on a 2-core machine that halves the model's threads. Sharing measured 1.9x
+    faster there (32 prompts of 1,500 tokens + 64 new: 111.6 s -> 59.8 s). Default: 0 up to
+    4 cores, vLLM's 1 above."""
+    if cfg.cpu_reserved_cores is not None:
+        return cfg.cpu_reserved_cores
+    return 0 if (os.cpu_count() or 1) <= 4 else 1
+
+
 class VLLMEngine:
     def __init__(self, model_dir: str, cfg: EngineConfig, version: int = 0):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -35,6 +45,7 @@ class VLLMEngine:
         cpu = is_cpu_build()
         if cpu:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(cfg))
         args = AsyncEngineArgs(
             model=model_dir, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=cfg.seed,
