@@ -45,9 +45,8 @@ def eval_sampling(cfg: AgentConfig) -> Sampling:
     return Sampling(max_tokens=cfg.memory_budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
 
 
-async def answer(engine: Engine, question: str, chunks, cfg: AgentConfig) -> AgentResult:
-    loop = make_loop(question, chunks, ChatCodec(engine.tokenizer), cfg)
-    return await run_loop(engine, loop, eval_sampling(cfg))
+async def answer(engine: Engine, codec: ChatCodec, question: str, chunks, cfg: AgentConfig) -> AgentResult:
+    return await run_loop(engine, make_loop(question, chunks, codec, cfg), eval_sampling(cfg))
 
 
 def result_dict(result: AgentResult, seconds: float) -> dict:
@@ -85,7 +84,7 @@ async def ask_async(cfg: Config, req: AskRequest) -> dict:
         codec = ChatCodec(engine.tokenizer)
         chunks = document_chunks(req.doc, codec, cfg.agent.chunk_size)
         start = time.perf_counter()
-        result = await answer(engine, req.question, chunks, cfg.agent)
+        result = await answer(engine, codec, req.question, chunks, cfg.agent)
         return result_dict(result, time.perf_counter() - start)
     finally:
         await engine.close()
