@@ -40,7 +40,8 @@ def answer_recall(row: TaskRow, answer: str) -> float:
     if row.answer_kind == "all_of":
         return recall_all(answer, row.answers)
     text = normalize_answer(answer)
-    return float(any(normalize_answer(a) and normalize_answer(a) in text for a in row.answers))
+    golds = (normalize_answer(a) for a in row.answers)
+    return float(any(gold and gold in text for gold in golds))
 
 
 def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:

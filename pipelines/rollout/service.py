@@ -27,6 +27,7 @@ from pipelines.models import check_model_dir, config_model_dir
 from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
+from pipelines.storage import exists, is_s3
 from pipelines.rollout.worker import close_workers, start_workers
 
 
@@ -58,13 +59,8 @@ def check_weights_ref(path: str) -> str:
     folder, or a models:/ reference; workers fetch remote ones into their own cache."""
     if path.startswith("models:/"):
         return path
-    if path.startswith("s3://"):
-        import pyarrow.fs as pafs
-
-        from pipelines.storage import resolve
-
-        fs, root = resolve(path.rstrip("/") + "/config.json")
-        if fs.get_file_info(root).type != pafs.FileType.File:
+    if is_s3(path):
+        if not exists(path.rstrip("/") + "/config.json"):
             raise UserError(f"weights '{path}': no config.json under this prefix")
         return path
     return str(check_model_dir(Path(path), path).absolute())
