@@ -10,32 +10,24 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipelines.rollout.rss import process_rss  # noqa: E402
+
 MB = 1 << 20
-
-
-def tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def run_measured(cmd: list[str], env: dict | None = None, interval: float = 0.2) -> tuple[subprocess.CompletedProcess, int]:
     """Run a command; return its result and the peak RSS of its whole process tree (bytes)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-    peak, ps = 0, psutil.Process(proc.pid)
+    peak = 0
     stop = threading.Event()
 
     def sample():
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, tree_rss(ps))
+            peak = max(peak, process_rss(proc.pid))
             time.sleep(interval)
 
     t = threading.Thread(target=sample, daemon=True)

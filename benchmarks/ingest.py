@@ -25,14 +25,13 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("MEMAGENT_HOME", str(REPO / ".memagent"))
 
-from benchmarks.common import MB, tree_rss  # noqa: E402
+from benchmarks.common import MB  # noqa: E402
 from infra.seaweedfs import SeaweedFS  # noqa: E402
+from pipelines.rollout.rss import process_rss  # noqa: E402
 
 BUCKET = "bench"
 
@@ -78,9 +77,8 @@ class PeakRSS:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        me = psutil.Process()
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss(me))
+            self.peak = max(self.peak, process_rss(os.getpid()))
             time.sleep(self.every)
 
     def __enter__(self) -> "PeakRSS":
@@ -147,6 +145,7 @@ def main() -> None:
     a = p.parse_args()
     small_mb, large_mb, object_mb = (5, 20, 1) if a.quick else (50, 200, 4)
     import ray
+
     from pipelines.ingest.config import IngestConfig
     from pipelines.models import resolve_model
 

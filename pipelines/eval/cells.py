@@ -7,6 +7,10 @@ keeps the row's own id. Results come back in any order, trajectories or quaranti
 a cell is complete the moment all its rows are in, and only unfinished cells' records are
 held. A cell's row count is known when its last row is handed out (one row of lookahead),
 so its final result always finds the count set.
+
+Resume within a cell: `saved` gives back the records a killed run checkpointed; those rows
+are skipped in the stream and their records count towards the cell. `fresh()` hands out the
+records that arrived since the last checkpoint, for the caller to save.
 """
 
 from __future__ import annotations
@@ -32,12 +36,17 @@ class CellBook:
         self._refs: dict[str, RowRef] = {}
         self._expected: dict[Cell, int] = {}
         self._records: dict[Cell, list[dict]] = {}
+        self._fresh: dict[Cell, list[dict]] = {}
 
-    def rows(self, cells: Iterable[Cell], rows_of: Callable[[Cell], Iterable[TaskRow]]) -> Iterator[TaskRow]:
-        """The rows of every cell in turn, each renamed to its unique key; pulled lazily."""
+    def rows(self, cells: Iterable[Cell], rows_of: Callable[[Cell], Iterable[TaskRow]],
+             saved: Callable[[Cell], list[dict]] = lambda cell: []) -> Iterator[TaskRow]:
+        """The rows of every cell in turn, each renamed to its unique key, less the rows whose
+        records were saved before; pulled lazily."""
         for cell in cells:
+            restored = saved(cell)
+            done = {r["index"] for r in restored}
             with self._lock:
-                self._records[cell] = []
+                self._records[cell] = list(restored)
             indexed = enumerate(rows_of(cell))
             nxt = next(indexed, None)
             if nxt is None:
@@ -45,11 +54,13 @@ class CellBook:
             while nxt is not None:
                 index, row = nxt
                 nxt = next(indexed, None)
+                if nxt is None:
+                    self._set_expected(cell, index + 1)
+                if index in done:
+                    continue
                 slim = replace(row, context="") if row.context is not None else row  # the document stays out
                 with self._lock:
                     self._refs[row_key(cell, index)] = RowRef(cell, index, slim, self._room(row))
-                if nxt is None:
-                    self._set_expected(cell, index + 1)
                 yield replace(row, sample_id=row_key(cell, index))
 
     def _set_expected(self, cell: Cell, n: int) -> None:
@@ -76,6 +87,13 @@ class CellBook:
     def _append(self, cell: Cell, record: dict) -> None:
         with self._lock:
             self._records[cell].append(record)
+            self._fresh.setdefault(cell, []).append(record)
+
+    def fresh(self, at_least: int = 1) -> list[tuple[Cell, list[dict]]]:
+        """Records that arrived since the last call, per unfinished cell holding at least `at_least`."""
+        with self._lock:
+            ready = [c for c, recs in self._fresh.items() if len(recs) >= at_least]
+            return [(c, self._fresh.pop(c)) for c in ready]
 
     def complete(self) -> list[tuple[Cell, list[dict]]]:
         """Cells whose rows are all in, removed from the book; their records in row order."""
@@ -84,6 +102,7 @@ class CellBook:
             out = [(c, sorted(self._records.pop(c), key=lambda r: r["index"])) for c in done]
             for c in done:
                 del self._expected[c]
+                self._fresh.pop(c, None)
         return out
 
     def unfinished(self) -> list[Cell]:

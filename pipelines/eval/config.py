@@ -26,4 +26,6 @@ class EvalConfig(BaseModel):
     # Baselines' window in tokens (prompt + answer); None: the engine's max_model_len.
     window: int | None = Field(None, gt=0)
     concurrency: int = Field(32, gt=0)  # samples in flight per rollout worker (rollout.workers of them)
+    # Records of an unfinished cell saved together: a killed run loses at most this many per cell.
+    checkpoint_rows: int = Field(8, gt=0)
     traces: int = Field(2, ge=0)  # memory traces per cell logged as artifacts

@@ -6,7 +6,9 @@
 Every (task, length, method) cell runs n questions through the rollout machinery (Ray
 worker actors, pipelines.rollout) at evaluation temperature: one set of workers for the
 whole ladder, one stream per method over all its unfinished cells. A cell is saved the
-moment its last row is in, so a re-run skips finished cells. Prints the table in the paper's
+moment its last row is in, so a re-run skips finished cells; the records of an unfinished
+cell are checkpointed every eval.checkpoint_rows rows (and when the run stops on an error or
+Ctrl-C), so a re-run also skips the rows already done. Prints the table in the paper's
 layout (sub_em % with a 95% interval) and logs metrics, table, plot and memory traces to
 MLflow as `eval/{task}/{length}/{sub_em,em,f1}`.
 """
@@ -20,8 +22,26 @@ from pathlib import Path
 
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
-from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
-from pipelines.eval.results import RECORD_VERSION, cell_uri, check_meta, has_cell, read_cell, summarize, write_cell
+from pipelines.eval.report import (
+    flat_metrics,
+    format_table,
+    plot,
+    table_csv,
+    trace_markdown,
+)
+from pipelines.eval.results import (
+    RECORD_VERSION,
+    cell_uri,
+    check_meta,
+    clear_parts,
+    has_cell,
+    parts_uri,
+    read_cell,
+    read_parts,
+    summarize,
+    write_cell,
+    write_part,
+)
 from pipelines.eval.stats import parse_length
 from pipelines.track import Tracker, command_run, create_tracker
 
@@ -110,7 +130,8 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
 
 def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenizer, tracker: Tracker, bar) -> None:
     """Every unfinished cell of one method through one run_groups stream; each cell is written
-    and its metrics logged the moment its last row (scored or quarantined) is in."""
+    and its metrics logged the moment its last row (scored or quarantined) is in; rows already
+    checkpointed by an earlier run are not run again."""
     from pipelines.agent.codec import ChatCodec
     from pipelines.agent.direct import context_room
     from pipelines.eval.cells import CellBook
@@ -123,17 +144,28 @@ def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenize
     room = (lambda row: 0) if method == "memagent" else (
         lambda row: context_room(codec, row.question, window(cfg), a.final_budget))
     book = CellBook(e.traces, room)
-    rows = book.rows(cells, lambda c: cell_rows(c[0], c[1], list(e.lengths), e.n, e.seed, e.dataset, tokenizer))
+
+    def saved(cell: Cell) -> list[dict]:
+        records = read_parts(parts_uri(out, *cell))
+        bar.update(len(records))
+        return records
+
+    rows = book.rows(cells, lambda c: cell_rows(c[0], c[1], list(e.lengths), e.n, e.seed, e.dataset, tokenizer),
+                     saved)
     spec = RolloutSpec(a.temperature, a.top_p, method=method, window=window(cfg), seed=a.seed)
-    for item in run_groups(cfg, rows, spec, workers=workers):
-        if isinstance(item, Quarantined):
-            book.add_failure(item.sample_id, item.reason)
-        else:
-            for t in item.trajectories:
-                book.add_trajectory(t)
-        bar.update(1)
+    try:
+        for item in run_groups(cfg, rows, spec, workers=workers):
+            if isinstance(item, Quarantined):
+                book.add_failure(item.sample_id, item.reason)
+            else:
+                for t in item.trajectories:
+                    book.add_trajectory(t)
+            bar.update(1)
+            save_complete(book, out, tracker)
+            save_parts(book, out, e.checkpoint_rows)
         save_complete(book, out, tracker)
-    save_complete(book, out, tracker)
+    finally:
+        save_parts(book, out, 1)  # whatever an error or Ctrl-C leaves held
     if book.unfinished():
         raise RuntimeError(f"eval: rows of {book.unfinished()} never came back from the rollout workers")
 
@@ -141,7 +173,13 @@ def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenize
 def save_complete(book, out: str, tracker: Tracker) -> None:
     for cell, records in book.complete():
         write_cell(records, cell_uri(out, *cell))
+        clear_parts(parts_uri(out, *cell))
         tracker.log_metrics(flat_metrics({cell: summarize(records)}))
+
+
+def save_parts(book, out: str, at_least: int) -> None:
+    for cell, records in book.fresh(at_least):
+        write_part(records, parts_uri(out, *cell))
 
 
 def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:

@@ -2,14 +2,18 @@
 
     OUT/meta.json                              what produced these results (model, budgets)
     OUT/cells/{task}/{length}/{method}.parquet per-sample records of a finished cell
+    OUT/parts/{task}/{length}/{method}/*.parquet records of an unfinished cell, saved as they come
 
 A cell file appears only when the whole cell is done (written to a temporary name, then
-moved), so a re-run skips exactly the finished cells and never sees half a cell.
+moved), so a re-run skips exactly the finished cells and never sees half a cell. Until then
+its records are checkpointed as part files; a re-run takes them back and runs only the rest
+of the cell's rows, and the parts are deleted once the cell file is written.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -17,7 +21,7 @@ import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
 from pipelines.eval.stats import mean_ci
-from pipelines.storage import first_line, resolve
+from pipelines.storage import first_line, is_s3, resolve
 
 SCORES = ("sub_em", "em", "f1", "answer_recall")
 RECORD_VERSION = 2  # bump when a record gains or changes a field: old folders are then refused
@@ -30,6 +34,29 @@ def cell_uri(out: str, task: str, length: str, method: str) -> str:
 def has_cell(uri: str) -> bool:
     fs, path = resolve(uri)
     return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def parts_uri(out: str, task: str, length: str, method: str) -> str:
+    return f"{out.rstrip('/')}/parts/{task}/{length}/{method}"
+
+
+def write_part(records: list[dict], parts: str) -> None:
+    write_cell(records, f"{parts}/{uuid.uuid4().hex}.parquet")
+
+
+def read_parts(parts: str) -> list[dict]:
+    """The checkpointed records of an unfinished cell, one per row index."""
+    fs, path = resolve(parts)
+    found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    files = sorted(f.path for f in found if f.type == pafs.FileType.File and f.path.endswith(".parquet"))
+    by_index = {r["index"]: r for f in files for r in read_cell(f"s3://{f}" if is_s3(parts) else f)}
+    return [by_index[i] for i in sorted(by_index)]
+
+
+def clear_parts(parts: str) -> None:
+    fs, path = resolve(parts)
+    if fs.get_file_info(path).type == pafs.FileType.Directory:
+        fs.delete_dir(path)
 
 
 def write_cell(records: list[dict], uri: str) -> None:

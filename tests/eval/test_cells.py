@@ -60,3 +60,29 @@ def test_a_cell_without_rows_completes_empty_and_unknown_results_are_refused():
     assert book.complete() == [(A, [])]
     with pytest.raises(RuntimeError, match="not running"):
         book.add_failure("niah/1K/truncation#7", "boom")
+
+
+def test_saved_rows_are_skipped_and_count_towards_their_cell():
+    book = CellBook(traces=0)
+    saved = {A: [{"index": 1, "answer": "restored"}], B: [{"index": 0, "answer": "restored"}]}
+    stream = book.rows([A, B], lambda cell: [task_row(0), task_row(1)], lambda cell: saved[cell])
+    keys = [r.sample_id for r in stream]
+    assert keys == ["niah/1K/truncation#0", "niah/2K/truncation#1"]
+    assert book.fresh() == []  # restored records are saved already
+    book.add_trajectory(traj(keys[0], "x"))
+    [(cell, records)] = book.complete()
+    assert cell == A and [r["index"] for r in records] == [0, 1] and records[1]["answer"] == "restored"
+    assert book.fresh() == []  # a complete cell's records go to its cell file, not to a part
+
+
+def test_fresh_hands_out_records_once_per_checkpoint():
+    book = CellBook(traces=0)
+    keys = [r.sample_id for r in book.rows([A], lambda cell: [task_row(i) for i in range(4)])]
+    book.add_trajectory(traj(keys[0], "x"))
+    assert book.fresh(at_least=2) == []
+    book.add_trajectory(traj(keys[2], "y"))
+    [(cell, records)] = book.fresh(at_least=2)
+    assert cell == A and [r["index"] for r in records] == [0, 2]
+    book.add_failure(keys[3], "boom")
+    assert [r["index"] for r in book.fresh()[0][1]] == [3] and book.fresh() == []
+    assert book.complete() == [] and book.unfinished() == [A]

@@ -13,7 +13,13 @@ import pytest
 from pipelines.config import load_config
 from pipelines.errors import UserError
 from pipelines.eval.ladder import main, rollout_config
-from pipelines.eval.results import cell_uri, read_cell
+from pipelines.eval.results import (
+    cell_uri,
+    parts_uri,
+    read_cell,
+    read_parts,
+    write_part,
+)
 from tests.eval.needles import ladder_overrides
 
 pytestmark = pytest.mark.slow
@@ -60,11 +66,16 @@ def test_ladder_writes_cells_and_resumes_finished_ones(workers, vllm_tiny_model_
     stamps = {c: p.stat().st_mtime_ns for c, p in files.items()}
     first = json.loads((out / "summary.json").read_text())
     assert first["table"]["niah_test"]["2K"]["full"]["na"] and first["table"]["niah_test"]["2K"]["full"]["errors"] == 3
-    files[("2K", "memagent")].unlink()  # as if killed before that cell finished
+    files[("2K", "memagent")].unlink()  # as if killed before that cell finished, its row 1 checkpointed
+    parts = parts_uri(str(out), "niah_test", "2K", "memagent")
+    write_part([{**cells[("2K", "memagent")][1], "answer": "from the checkpoint"}], parts)
     capfd.readouterr()
     again = main(cfg, workers)
     assert "5 of 6 cells already done" in capfd.readouterr().err
-    assert files[("2K", "memagent")].exists()
+    redone = read_cell(str(files[("2K", "memagent")]))
+    assert [r["index"] for r in redone] == [0, 1, 2] and redone[1]["answer"] == "from the checkpoint"
+    assert redone[0]["answer"] == cells[("2K", "memagent")][0]["answer"]  # rows 0 and 2 ran again
+    assert not Path(parts).exists()  # the cell file replaces its checkpoints
     for c, p in files.items():
         if c != ("2K", "memagent"):
             assert p.stat().st_mtime_ns == stamps[c], c
@@ -92,3 +103,30 @@ def test_ladder_survives_tracking_server_down(workers, vllm_tiny_model_dir, need
                for line in f.read_text().splitlines()]
     logged = {k for s in spooled if s["kind"] == "metrics" for k in s["record"]["metrics"]}
     assert "eval/niah_test/1K/sub_em" in logged
+
+
+def test_an_interrupted_cell_resumes_from_its_checkpoint(workers, vllm_tiny_model_dir, needle_dataset, tmp_path,
+                                                         monkeypatch):
+    from pipelines.eval import ladder
+
+    out = tmp_path / "out"
+    cfg = ladder_config(vllm_tiny_model_dir, needle_dataset, out, "track.enabled=false", "eval.lengths=[2K]",
+                        "eval.methods=[memagent]")
+    real, calls = ladder.save_complete, []
+
+    def interrupted(*args):  # Ctrl-C once the first row is in
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(*args)
+
+    monkeypatch.setattr(ladder, "save_complete", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main(cfg, workers)
+    parts = parts_uri(str(out), "niah_test", "2K", "memagent")
+    [first] = read_parts(parts)  # saved on the way out, though checkpoint_rows (8) was not reached
+    monkeypatch.setattr(ladder, "save_complete", real)
+    main(cfg, workers)
+    records = read_cell(cell_uri(str(out), "niah_test", "2K", "memagent"))
+    assert [r["index"] for r in records] == [0, 1, 2] and records[first["index"]] == first
+    assert not Path(parts).exists()
