@@ -126,3 +126,30 @@ def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
     ids = pq.read_table(out).column("id").to_pylist()
     assert sorted(ids) == sorted(f"r{i}" for i in range(23))
     assert load_state(out).public()["done"] == 23
+
+
+def _runner_peak_bytes(tmp_path, rows: int) -> int:
+    """Peak Python memory while a job of `rows` 4 KB documents runs (answers echoed at once: the
+    engine's own memory does not depend on the job's size)."""
+    import tracemalloc
+
+    src, out = tmp_path / f"in-{rows}.jsonl", str(tmp_path / f"out-{rows}")
+    doc = "lorem ipsum " * 340
+    with src.open("w") as f:
+        for i in range(rows):
+            f.write(json.dumps({"id": f"r{i}", "question": "q", "document": doc}) + "\n")
+    state = JobState(job_id_for(str(src), out), str(src), out, shard_rows=64)
+    tracemalloc.start()
+    try:
+        final = asyncio.run(JobRunner(state, _echo, rows_in_flight=32, shards_in_flight=2).run())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert final.status == "done" and final.done == rows, final.message
+    return peak
+
+
+def test_runner_memory_does_not_grow_with_job_size(tmp_path):
+    _runner_peak_bytes(tmp_path, 100)  # first use: imports and caches, not the job
+    small, large = _runner_peak_bytes(tmp_path, 500), _runner_peak_bytes(tmp_path, 4000)
+    assert large < 1.5 * small, (small, large)  # 8x the rows (16 MB of documents), about the same peak
