@@ -62,8 +62,10 @@ class Size:
 
 QUICK = Size(questions=4, group=4, chunk=128, memory=64, final=32, capacity=8, sequential=1, rss_rollouts=50)
 FULL = Size(questions=16, group=4, chunk=256, memory=64, final=32, capacity=32, sequential=2, rss_rollouts=1000)
-# The paper's shape scaled down, for one H200 and a 135M model: all four modes in a few minutes.
-GPU = Size(questions=12, group=8, chunk=1024, memory=256, final=64, capacity=64, sequential=2, rss_rollouts=0)
+# For one GPU with transformers' batching (no vLLM there): its step costs about the same at 1 or
+# 16 rows, so steps are what count; short budgets keep all four modes within a few minutes, and
+# 4x more rollouts than slots make (b) run four batches, each waiting for its longest document.
+GPU = Size(questions=16, group=4, chunk=512, memory=32, final=16, capacity=16, sequential=2, rss_rollouts=0)
 SIZES = {"quick": QUICK, "full": FULL, "gpu": GPU}
 
 
