@@ -22,26 +22,9 @@ from pathlib import Path
 
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
-from pipelines.eval.report import (
-    flat_metrics,
-    format_table,
-    plot,
-    table_csv,
-    trace_markdown,
-)
-from pipelines.eval.results import (
-    RECORD_VERSION,
-    cell_uri,
-    check_meta,
-    clear_parts,
-    has_cell,
-    parts_uri,
-    read_cell,
-    read_parts,
-    summarize,
-    write_cell,
-    write_part,
-)
+from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
+from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
+                                    read_cell, read_parts, summarize, write_cell, write_part)
 from pipelines.eval.stats import parse_length
 from pipelines.track import Tracker, command_run, create_tracker
 
