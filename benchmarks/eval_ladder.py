@@ -72,7 +72,10 @@ def main() -> None:
         cfg = load_config(None, overrides(size, args))
     print("command: .venv/bin/python " + " ".join(shlex.quote(a) for a in sys.argv))
     start = time.perf_counter()
-    result = eval_main(cfg)
+    try:
+        result = eval_main(cfg)
+    except KeyboardInterrupt:  # finished rows are checkpointed; the same command resumes
+        sys.exit(f"eval_ladder: interrupted; finished rows are saved under {args.out}, re-run to resume")
     lengths = list(cfg.eval.lengths)
     summary = result["summary"]
     figures = {
