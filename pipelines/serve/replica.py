@@ -57,7 +57,7 @@ class AgentCore:
         limits = DocLimits(settings.agent.chunk_size, settings.serve.max_doc_tokens)
         self.docs = Documents(self.codec, limits, settings.serve.store)
         self.ongoing = 0
-        self._checked = time.monotonic()
+        self._checked = float("-inf")  # the first request re-reads the state: a reload may have come since create()
         self._reload_lock = asyncio.Lock()
 
     @classmethod
