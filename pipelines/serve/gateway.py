@@ -141,15 +141,20 @@ class Gateway:
         return await self._call(request, self._reload, ReloadRequest, admin=True)
 
     async def _reload(self, body: ReloadRequest):
-        """Check the model on one replica, record it (restarts load it), then swap it in on all."""
+        """Check the model on every replica, record it (restarts load it), then swap it in on all.
+
+        Broadcasts, not routed calls: a control-plane call must not be refused as overload
+        when the replicas are busy with the traffic that the reload is meant not to drop.
+        """
         from pipelines.serve.state import read_model_state, write_model_state
 
-        checked = await self.agent.resolve.remote(body.model)
-        if "error" in checked:
-            return checked, 400
+        checks = await self.agent.broadcast("resolve", body.model).results_async()
+        failed = next((c for c in checks if "error" in c), None)
+        if failed:
+            return failed, 400
         current = read_model_state(self.s.state_dir)
-        live = await self.agent.info.remote()
-        version = body.version or max(live["version"], current[1] if current else 0) + 1
+        live = await self.agent.broadcast("info").results_async()
+        version = body.version or max([i["version"] for i in live] + [current[1] if current else 0]) + 1
         write_model_state(self.s.state_dir, body.model, version)
         replicas = await self.agent.broadcast("reload", body.model, version).results_async()
         return {"model": body.model, "version": version, "replicas": replicas}, 200
