@@ -1,0 +1,1 @@
+"""Learn stage: the Multi-Conv DAPO loss, token-budget packing and response-only logprobs."""
