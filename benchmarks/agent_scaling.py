@@ -67,7 +67,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--n", type=int, help="base document length N in tokens")
     a = p.parse_args()
-    from pipelines.quickstart import write_needle_document
+    from pipelines.ingest.builders.needle_file import write_needle_document
 
     n = a.n or (1500 if a.quick else 7000)
     budgets = ["agent.chunk_size=512", "agent.memory_budget=32", "agent.final_budget=16"] if a.quick else \

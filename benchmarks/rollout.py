@@ -36,13 +36,14 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
+from pipelines.agent import make_loop
 from pipelines.agent.codec import ChatCodec
-from pipelines.ask import make_loop
 from pipelines.config import load_config
 from pipelines.engine import GenRequest, Sampling, create_engine
+from pipelines.engine.driver import run_loop
 from pipelines.ingest.tasks import TaskRow, task_chunks
 from pipelines.models import resolve_model
-from pipelines.quickstart import NOISE
+from pipelines.ingest.builders.needle_file import NOISE
 from pipelines.rollout.core import RolloutSpec, WorkerCore
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.rss import process_rss
@@ -85,19 +86,22 @@ def workload(codec: ChatCodec, size: Size, seed: int, max_chunks: int = 16) -> l
     return rows
 
 
+SAMPLING = Sampling(temperature=1.0, logprobs=True)
+
+
 def sampling(max_tokens: int) -> Sampling:
-    return Sampling(max_tokens, temperature=1.0, logprobs=True)
+    return replace(SAMPLING, max_tokens=max_tokens)
+
+
+def row_loop(core: WorkerCore, row: TaskRow):
+    return make_loop(row.question, task_chunks(row, None, core.codec, core.agent.chunk_size), core.codec, core.agent)
 
 
 async def sequential(engine, core: WorkerCore, rows: list[TaskRow], n: int) -> int:
     tokens = 0
     for i in range(n):
-        row = rows[i % len(rows)]
-        loop = make_loop(row.question, task_chunks(row, None, core.codec, core.agent.chunk_size), core.codec, core.agent)
-        while (req := loop.next_request()) is not None:
-            out = await engine.generate(GenRequest(sampling(req.max_tokens), req.prompt_ids))
-            loop.feed(out.token_ids, out.text)
-            tokens += len(out.token_ids)
+        result = await run_loop(engine, row_loop(core, rows[i % len(rows)]), SAMPLING)
+        tokens += sum(len(t.response_ids) for t in result.turns)
     return tokens
 
 
@@ -111,8 +115,7 @@ async def step_sync(engine, core: WorkerCore, rows: list[TaskRow], group: int, c
 
 async def step_sync_batch(engine, core: WorkerCore, samples: list[TaskRow]) -> int:
     """All samples' turn k together; nobody starts turn k+1 before the slowest returns."""
-    loops = [make_loop(r.question, task_chunks(r, None, core.codec, core.agent.chunk_size), core.codec, core.agent)
-             for r in samples]
+    loops = [row_loop(core, r) for r in samples]
     finals, tokens = {}, 0
     while True:
         step = []
@@ -131,7 +134,7 @@ async def step_sync_batch(engine, core: WorkerCore, samples: list[TaskRow]) -> i
 async def run_step(engine, step) -> int:
     outs = await asyncio.gather(*(engine.generate(GenRequest(sampling(r.max_tokens), r.prompt_ids)) for _, r in step))
     for (loop, _), out in zip(step, outs):
-        loop.feed(out.token_ids, out.text)
+        loop.feed(out)
     return sum(len(o.token_ids) for o in outs)
 
 
@@ -143,8 +146,7 @@ async def ours(core: WorkerCore, rows: list[TaskRow], group: int, tag: str = "")
 async def ceiling(engine, groups, agent) -> int:
     """(c)'s prompts, each with its turn's budget, all submitted at once."""
     turns = [t for g in groups for tr in g.trajectories for t in tr.turns]
-    budget = {True: agent.final_budget, False: agent.memory_budget}
-    outs = await asyncio.gather(*(engine.generate(GenRequest(sampling(budget[t.is_final]), t.prompt_ids))
+    outs = await asyncio.gather(*(engine.generate(GenRequest(sampling(t.max_tokens), t.prompt_ids))
                                   for t in turns))
     return sum(len(o.token_ids) for o in outs)
 

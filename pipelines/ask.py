@@ -11,13 +11,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipelines.agent import AgentLoop, AgentResult, get_templates
+from pipelines.agent import AgentResult, make_loop
 from pipelines.agent.chunking import iter_chunks, iter_token_blocks
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.loop import LoopLimits
-from pipelines.config import AgentConfig, Config
-from pipelines.engine import Engine, Sampling, create_engine
-from pipelines.engine.driver import run_loop
+from pipelines.config import Config
+from pipelines.engine import create_engine
+from pipelines.engine.driver import agent_sampling, run_loop
 from pipelines.errors import UserError
 from pipelines.models import config_model_dir
 from pipelines.storage import read_text_blocks
@@ -36,23 +35,10 @@ def document_chunks(uri: str, codec: ChatCodec, chunk_size: int) -> Iterator[lis
     return iter_chunks(iter_token_blocks(read_text_blocks(uri), codec.encode), chunk_size)
 
 
-def make_loop(question: str, chunks, codec: ChatCodec, cfg: AgentConfig, keep: bool = False) -> AgentLoop:
-    limits = LoopLimits(cfg.memory_budget, cfg.final_budget, cfg.question_budget)
-    return AgentLoop(question, chunks, codec, get_templates(cfg.template), limits, keep)
-
-
-def eval_sampling(cfg: AgentConfig) -> Sampling:
-    return Sampling(max_tokens=cfg.memory_budget, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
-
-
-async def answer(engine: Engine, codec: ChatCodec, question: str, chunks, cfg: AgentConfig) -> AgentResult:
-    return await run_loop(engine, make_loop(question, chunks, codec, cfg), eval_sampling(cfg))
-
-
 def result_dict(result: AgentResult, seconds: float) -> dict:
     return {
         "question": result.question, "answer": result.answer, "prediction": result.prediction,
-        "turns": result.turns, "doc_tokens": result.doc_tokens, "memory": result.memory,
+        "turns": result.n_turns, "doc_tokens": result.doc_tokens, "memory": result.memory,
         "memory_tokens": result.memory_tokens, "seconds": round(seconds, 3),
     }
 
@@ -84,7 +70,8 @@ async def ask_async(cfg: Config, req: AskRequest) -> dict:
         codec = ChatCodec(engine.tokenizer)
         chunks = document_chunks(req.doc, codec, cfg.agent.chunk_size)
         start = time.perf_counter()
-        result = await answer(engine, codec, req.question, chunks, cfg.agent)
+        loop = make_loop(req.question, chunks, codec, cfg.agent)
+        result = await run_loop(engine, loop, agent_sampling(cfg.agent))
         return result_dict(result, time.perf_counter() - start)
     finally:
         await engine.close()

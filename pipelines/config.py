@@ -1,19 +1,23 @@
-"""Typed configuration: pydantic models, YAML files in configs/, dotted overrides.
+"""Typed configuration: composes each package's section; loads YAML files in configs/ with
+dotted overrides.
 
     cfg = load_config("configs/local.yaml", ["agent.chunk_size=1024"])
 
-Unknown keys anywhere are rejected with their dotted name.
+Each section lives with its package (agent.config, engine.config, rollout.config, ...);
+unknown keys anywhere are rejected with their dotted name.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
+from pipelines.agent.config import AgentConfig
+from pipelines.engine.config import EngineConfig
 from pipelines.errors import UserError
 from pipelines.eval.config import EvalConfig
 from pipelines.ingest.config import IngestConfig
@@ -29,34 +33,6 @@ DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
 class ModelConfig(Strict):
     # A name in the local model store ("smollm2"), an HF folder, or s3://bucket/prefix.
     path: str = "smollm2"
-
-
-class EngineConfig(Strict):
-    kind: Literal["vllm", "hf", "hf_batch"] = "vllm"
-    dtype: str = "bfloat16"
-    max_model_len: int = 8192
-    max_num_seqs: int = 64
-    enforce_eager: bool = True
-    # CPU build: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE). GPU build: memory fraction.
-    cpu_kvcache_gib: int = 2
-    # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
-    cpu_reserved_cores: int | None = Field(None, ge=0)
-    gpu_memory_utilization: float = 0.85
-    tensor_parallel_size: int = 1
-    seed: int = 0
-    # hf_batch: tokens one forward step packs (prefill chunks + decodes).
-    max_batch_tokens: int = Field(2048, gt=0)
-
-
-class AgentConfig(Strict):
-    template: str = "release"
-    chunk_size: int = Field(5000, gt=0)
-    memory_budget: int = Field(1024, gt=0)
-    final_budget: int = Field(1024, gt=0)
-    question_budget: int = Field(1024, gt=0)
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int = 0
 
 
 class S3Config(Strict):

@@ -9,29 +9,9 @@ the agent kept after every chunk.
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-
 from pipelines.ask import AskRequest, main as ask_main
 from pipelines.config import Config
-
-NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-NOISE_TOKENS_PER_REPEAT = 24  # SmolLM2 tokenizer; close enough to size the document
-
-
-def write_needle_document(path: Path, tokens: int, seed: int = 0) -> tuple[str, str]:
-    """A noise haystack of about `tokens` tokens with one needle; returns (question, answer)."""
-    rng = random.Random(seed)
-    value = str(rng.randint(1_000_000, 9_999_999))
-    needle = f"One of the special magic numbers for quiet-harbor is: {value}. "
-    repeats = max(1, tokens // NOISE_TOKENS_PER_REPEAT)
-    at = rng.randint(0, repeats - 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for i in range(repeats):
-            f.write(needle if i == at else NOISE)
-    return "What is the special magic number for quiet-harbor?", value
-
+from pipelines.ingest.builders.needle_file import write_needle_document
 
 def main(cfg: Config, tokens: int) -> dict:
     doc = cfg.home_path / "quickstart" / f"needle-{tokens}.txt"

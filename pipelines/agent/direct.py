@@ -1,9 +1,8 @@
 """The one-turn baselines of the evaluation ladder, as a sans-IO loop beside AgentLoop.
 
     loop = DirectLoop(question, chunks, codec, window=8192, answer_budget=1024, full=False)
-    while (req := loop.next_request()) is not None:
-        loop.feed(engine_output_for(req))
-    result = loop.result()          # an AgentResult with no memory and one turn
+    # the Loop protocol (pipelines.agent.turns), driven like AgentLoop
+    result = loop.result()          # an AgentResult with no memory, one turn, and `truncated`
 
 - truncation (the paper's no-memory ablation): one turn that sees the question and as many
   document tokens as fit the window; the rest is cut from the middle (head and tail kept,
@@ -18,14 +17,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Literal
-
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.loop import AgentResult, TurnRequest, settle
+from pipelines.agent.loop import check_question
 from pipelines.agent.reward import extract_boxed
+from pipelines.agent.turns import AgentResult, Response, TurnRequest, record_turn
 from pipelines.errors import UserError
-
-Method = Literal["memagent", "truncation", "full"]
 
 DIRECT = """You are presented with a problem and an article that may contain the answer to the problem. Please read the article carefully and answer the problem based on it, and put the answer in \\boxed{{}}.
 
@@ -74,26 +70,21 @@ class DirectLoop:
     """One request (question + what fits of the document), one answer; AgentLoop's interface."""
 
     def __init__(self, question: str, chunks: Iterable[list[int]], codec: ChatCodec, window: int,
-                 answer_budget: int, full: bool = False, keep_conversations: bool = False):
-        if not question or not question.strip():
-            raise UserError("question: empty")
+                 answer_budget: int, full: bool = False, keep_ids: bool = False):
+        check_question(question)
         self.room = context_room(codec, question, window, answer_budget)
         if self.room <= 0:
             raise UserError(f"window {window}: too small for the question and a {answer_budget}-token answer")
         self.question, self.full = question, full
         self._chunks: Iterator[list[int]] = iter(chunks)
-        self._codec, self._answer_budget, self._keep = codec, answer_budget, keep_conversations
+        self._codec, self._answer_budget, self._keep = codec, answer_budget, keep_ids
         self._pending: TurnRequest | None = None
-        self._result = AgentResult(question, "", None, 0)
+        self._result = AgentResult(question)
         self._asked = self._done = False
 
     @property
     def done(self) -> bool:
         return self._done
-
-    @property
-    def truncated(self) -> bool:
-        return self._result.doc_tokens > self.room
 
     def next_request(self) -> TurnRequest | None:
         if self._pending is not None:
@@ -105,18 +96,21 @@ class DirectLoop:
             raise UserError("document: empty (no tokens to read)")
         if self.full and total > self.room:
             raise UserError(f"exceeds window: {total} document tokens > {self.room} that fit")
-        self._result.doc_tokens = total
+        self._result.doc_tokens, self._result.truncated = total, total > self.room
         self._asked = True
         self._pending = TurnRequest(0, True, direct_prompt(self._codec, self.question, ids), self._answer_budget)
         return self._pending
 
-    def feed(self, response_ids: list[int], text: str, logprobs: list[float] | None = None,
-             finish_reason: str = "stop") -> None:
+    def feed(self, response: Response) -> None:
         req, self._pending = self._pending, None
-        settle(req, response_ids, logprobs, finish_reason, self._result if self._keep else None)
-        self._result.answer = text
-        self._result.prediction = extract_boxed(text)
+        self._result.turns.append(record_turn(req, response, self._keep))
+        self._result.answer = response.text
+        self._result.prediction = extract_boxed(response.text)
         self._done = True
+
+    @property
+    def progress(self) -> AgentResult:
+        return self._result
 
     def result(self) -> AgentResult:
         if not self._done:

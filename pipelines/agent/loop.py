@@ -1,22 +1,23 @@
 """The memory-agent loop as a sans-IO state machine.
 
-    loop = AgentLoop(question, chunks, codec, cfg)
+    loop = AgentLoop(question, chunks, codec, templates, limits)
     while (req := loop.next_request()) is not None:
-        loop.feed(engine_output_for(req))
-    result = loop.result()
+        loop.feed(response_for(req))        # a Response (pipelines.agent.turns)
+    result = loop.result()                  # answer, prediction, memories, one TurnRecord per turn
 
-The loop never calls an engine: a driver can interleave thousands of loops, submitting
-each sample's next turn the moment its previous one returns.
+The loop never calls an engine: a driver (pipelines.engine.driver.run_loop) can interleave
+thousands of loops, submitting each sample's next turn the moment its previous one returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.reward import extract_boxed
 from pipelines.agent.templates import TemplateSet
+from pipelines.agent.turns import AgentResult, Response, TurnRequest, record_turn
 from pipelines.errors import UserError
 
 
@@ -27,73 +28,25 @@ class LoopLimits:
     question_budget: int
 
 
-@dataclass(frozen=True)
-class TurnRequest:
-    turn: int
-    is_final: bool
-    prompt_ids: list[int]
-    max_tokens: int
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """One turn as training sees it: only response tokens carry loss."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    logprobs: list[float] | None
-    finish_reason: str
-    is_final: bool
-
-
-@dataclass
-class AgentResult:
-    question: str
-    answer: str
-    prediction: str | None
-    doc_tokens: int
-    memory: list[str] = field(default_factory=list)
-    memory_tokens: list[int] = field(default_factory=list)
-    conversations: list[Conversation] = field(default_factory=list)
-
-    @property
-    def turns(self) -> int:
-        return len(self.memory) + 1
-
-
-def settle(req: TurnRequest | None, response_ids: list[int], logprobs: list[float] | None, finish_reason: str,
-           keep_in: AgentResult | None) -> None:
-    """Check a fed response against its request; record the conversation when kept."""
-    if req is None:
-        raise RuntimeError("feed() without a pending request")
-    if len(response_ids) > req.max_tokens:
-        raise RuntimeError(f"engine returned {len(response_ids)} tokens > max_tokens={req.max_tokens}")
-    if keep_in is not None:
-        keep_in.conversations.append(
-            Conversation(req.prompt_ids, list(response_ids), logprobs, finish_reason, req.is_final))
+def check_question(question: str) -> None:
+    if not question or not question.strip():
+        raise UserError("question: empty")
 
 
 class AgentLoop:
-    def __init__(
-        self,
-        question: str,
-        chunks: Iterable[list[int]],
-        codec: ChatCodec,
-        templates: TemplateSet,
-        limits: LoopLimits,
-        keep_conversations: bool = False,
-    ):
-        if not question or not question.strip():
-            raise UserError("question: empty")
+    def __init__(self, question: str, chunks: Iterable[list[int]], codec: ChatCodec, templates: TemplateSet,
+                 limits: LoopLimits, keep_ids: bool = False):
+        """keep_ids: the turn records keep their prompt token ids (training needs them)."""
+        check_question(question)
         if len(codec.encode(question)) > limits.question_budget:
             raise UserError(f"question: longer than question_budget={limits.question_budget} tokens")
         self.question = question
         self._chunks: Iterator[list[int]] = iter(chunks)
         self._codec, self._templates, self._limits = codec, templates, limits
-        self._keep = keep_conversations
-        self._memory_text = templates.initial_memory
+        self._keep = keep_ids
+        self.memory = templates.initial_memory  # the memory text the next turn sees
         self._pending: TurnRequest | None = None
-        self._result = AgentResult(question, "", None, 0)
+        self._result = AgentResult(question)
         self._done = False
 
     @property
@@ -109,28 +62,30 @@ class AgentLoop:
         turn = len(self._result.memory)
         if chunk is not None:
             self._result.doc_tokens += len(chunk)
-            text = self._templates.update_prompt(self.question, self._memory_text, self._codec.decode(chunk))
+            text = self._templates.update_prompt(self.question, self.memory, self._codec.decode(chunk))
             req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget)
         else:
             if turn == 0:
                 raise UserError("document: empty (no tokens to read)")
-            text = self._templates.final_prompt(self.question, self._memory_text)
+            text = self._templates.final_prompt(self.question, self.memory)
             req = TurnRequest(turn, True, self._codec.encode_user(text), self._limits.final_budget)
         self._pending = req
         return req
 
-    def feed(self, response_ids: list[int], text: str, logprobs: list[float] | None = None,
-             finish_reason: str = "stop") -> None:
+    def feed(self, response: Response) -> None:
         req, self._pending = self._pending, None
-        settle(req, response_ids, logprobs, finish_reason, self._result if self._keep else None)
+        self._result.turns.append(record_turn(req, response, self._keep))
         if req.is_final:
-            self._result.answer = text
-            self._result.prediction = extract_boxed(text)
+            self._result.answer = response.text
+            self._result.prediction = extract_boxed(response.text)
             self._done = True
         else:
-            self._memory_text = text.strip()
-            self._result.memory.append(self._memory_text)
-            self._result.memory_tokens.append(len(response_ids))
+            self.memory = response.text.strip()
+            self._result.memory.append(self.memory)
+
+    @property
+    def progress(self) -> AgentResult:
+        return self._result
 
     def result(self) -> AgentResult:
         if not self._done:

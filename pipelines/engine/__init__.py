@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pipelines.config import EngineConfig
-from pipelines.engine.base import Completion, Engine, GenRequest, Sampling
+from pipelines.agent.turns import Response
+from pipelines.engine.base import Engine, GenRequest, Sampling
+from pipelines.engine.config import EngineConfig
 
 
 def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine:
@@ -17,7 +18,7 @@ def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine
         return HFBatchEngine(model_dir, cfg, version)
     from pipelines.engine.hf_engine import HFEngine
 
-    return HFEngine(model_dir, "float32" if cfg.dtype == "float32" else cfg.dtype, version)
+    return HFEngine(model_dir, cfg.dtype, version)
 
 
-__all__ = ["Completion", "Engine", "GenRequest", "Sampling", "create_engine"]
+__all__ = ["Engine", "EngineConfig", "GenRequest", "Response", "Sampling", "create_engine"]

@@ -1,14 +1,21 @@
-"""The engine interface: one async call that turns a prompt into sampled tokens."""
+"""The engine interface: one async call that turns a prompt into sampled tokens.
+
+Every engine returns the agent's `Response` record (pipelines.agent.turns), so loops are fed
+what engines return without translation. Logprobs, when asked for, are of the distribution
+actually sampled from (after temperature and top_p): what a PPO/DAPO ratio needs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from pipelines.agent.turns import Response
 
 
 @dataclass(frozen=True)
 class Sampling:
-    max_tokens: int
+    max_tokens: int = 0  # run_loop sets it per turn from the loop's request
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
@@ -26,22 +33,11 @@ class GenRequest:
             raise ValueError("GenRequest needs exactly one of prompt_ids or messages")
 
 
-@dataclass(frozen=True)
-class Completion:
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str  # "stop" or "length"
-    logprobs: list[float] | None = None
-    policy_version: int = 0
-    extra: dict = field(default_factory=dict)
-
-
 class Engine(Protocol):
     tokenizer: Any
     version: int
 
-    async def generate(self, request: GenRequest) -> Completion: ...
+    async def generate(self, request: GenRequest) -> Response: ...
 
     async def load_weights(self, path: str, version: int) -> None: ...
 

@@ -24,13 +24,15 @@ import asyncio
 import dataclasses
 import itertools
 import math
+import time
 from typing import Any
 
 import torch
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.config import EngineConfig
-from pipelines.engine.base import Completion, GenRequest
+from pipelines.agent.turns import Response
+from pipelines.engine.base import GenRequest
+from pipelines.engine.config import EngineConfig
 from pipelines.errors import UserError
 
 GREEDY_TEMPERATURE = 1e-6
@@ -105,19 +107,19 @@ class HFBatchEngine:
         manager.start()
         return manager
 
-    async def generate(self, request: GenRequest) -> Completion:
+    async def generate(self, request: GenRequest) -> Response:
         s = request.sampling
         prompt = request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
         prompt = list(prompt)
         self._check(prompt, s)
         await self._open.wait()  # closed only while a 5.17 manager drains for a weight swap
-        version = self.version
+        version, start = self.version, time.perf_counter()
         out = await self._submit(prompt, s.max_tokens, GREEDY_TEMPERATURE if s.temperature == 0 else s.temperature)
         ids = list(out.generated_tokens)[:s.max_tokens]
         finish = "stop" if ids and ids[-1] in self._eos else ("length" if len(ids) >= s.max_tokens else "stop")
         logprobs = [float(x) for x in out.logprobs[:len(ids)]] if s.logprobs else None
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(prompt, ids, text, finish, logprobs, version)
+        return Response(ids, text, finish, logprobs, version, self.version, time.perf_counter() - start)
 
     def _check(self, prompt: list[int], s: Any) -> None:
         if s.temperature > 0 and s.top_p < 1.0:

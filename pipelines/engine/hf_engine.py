@@ -6,12 +6,14 @@ Requests run one at a time in a worker thread; correctness, not speed, is its jo
 from __future__ import annotations
 
 import asyncio
+import time
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.engine.base import Completion, GenRequest
+from pipelines.agent.turns import Response
+from pipelines.engine.base import GenRequest
 
 
 class HFEngine:
@@ -22,12 +24,14 @@ class HFEngine:
         self.version = version
         self._lock = asyncio.Lock()
 
-    async def generate(self, request: GenRequest) -> Completion:
+    async def generate(self, request: GenRequest) -> Response:
         prompt = request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
+        version, start = self.version, time.perf_counter()
         async with self._lock:
-            return await asyncio.to_thread(self._generate, list(prompt), request)
+            ids, text, finish, logprobs = await asyncio.to_thread(self._generate, list(prompt), request)
+        return Response(ids, text, finish, logprobs, version, self.version, time.perf_counter() - start)
 
-    def _generate(self, prompt: list[int], request: GenRequest) -> Completion:
+    def _generate(self, prompt: list[int], request: GenRequest) -> tuple:
         s = request.sampling
         if s.seed is not None:
             torch.manual_seed(s.seed)
@@ -40,14 +44,14 @@ class HFEngine:
                 pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
         ids = out.sequences[0, len(prompt):].tolist()
         logprobs = None
-        if s.logprobs:
+        if s.logprobs:  # `scores` are after temperature and top_p: the distribution sampled from
             steps = torch.stack(out.scores, dim=0)[:, 0, :].float()
             lp = torch.log_softmax(steps, dim=-1)
             logprobs = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
         eos = self.tokenizer.eos_token_id
         finish = "stop" if ids and ids[-1] == eos else ("length" if len(ids) >= s.max_tokens else "stop")
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Completion(prompt, ids, text, finish, logprobs, self.version)
+        return ids, text, finish, logprobs
 
     async def load_weights(self, path: str, version: int) -> None:
         async with self._lock:

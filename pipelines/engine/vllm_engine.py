@@ -8,10 +8,12 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import time
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.config import EngineConfig
-from pipelines.engine.base import Completion, GenRequest
+from pipelines.agent.turns import Response
+from pipelines.engine.base import GenRequest
+from pipelines.engine.config import EngineConfig
 
 _ids = itertools.count()
 
@@ -50,6 +52,9 @@ class VLLMEngine:
             model=model_dir, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=cfg.seed,
             tensor_parallel_size=cfg.tensor_parallel_size, disable_log_stats=True,
+            # Logprobs of the distribution sampled from (after temperature and top_p), not
+            # vLLM's default raw ones: the learner's importance ratio divides by them.
+            logprobs_mode="processed_logprobs",
             **({} if cpu else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         )
         self.llm = AsyncLLM.from_engine_args(args)
@@ -58,7 +63,7 @@ class VLLMEngine:
         self.version = version
         self.model_dir = model_dir
 
-    async def generate(self, request: GenRequest) -> Completion:
+    async def generate(self, request: GenRequest) -> Response:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -67,7 +72,7 @@ class VLLMEngine:
         params = SamplingParams(
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             logprobs=0 if s.logprobs else None, skip_special_tokens=True)
-        version = self.version
+        version, start = self.version, time.perf_counter()
         final = None
         async for out in self.llm.generate(TokensPrompt(prompt_token_ids=prompt), params, f"r{next(_ids)}"):
             final = out
@@ -75,8 +80,8 @@ class VLLMEngine:
         logprobs = None
         if s.logprobs and o.logprobs is not None:
             logprobs = [step[tok].logprob for tok, step in zip(o.token_ids, o.logprobs)]
-        return Completion(prompt, list(o.token_ids), o.text, o.finish_reason or "stop", logprobs,
-                          version)
+        return Response(list(o.token_ids), o.text, o.finish_reason or "stop", logprobs, version, self.version,
+                        time.perf_counter() - start)
 
     async def load_weights(self, path: str, version: int) -> None:
         """Swap weights in place between steps; in-flight requests keep going."""

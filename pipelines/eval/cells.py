@@ -29,9 +29,8 @@ def row_key(cell: Cell, index: int) -> str:
 
 
 class CellBook:
-    def __init__(self, traces: int, room: Callable[[TaskRow], int] = lambda row: 0):
-        """room: document tokens a one-turn baseline fits for this row's question."""
-        self.traces, self._room = traces, room
+    def __init__(self, traces: int):
+        self.traces = traces
         self._lock = threading.Lock()
         self._refs: dict[str, RowRef] = {}
         self._expected: dict[Cell, int] = {}
@@ -60,7 +59,7 @@ class CellBook:
                     continue
                 slim = replace(row, context="") if row.context is not None else row  # the document stays out
                 with self._lock:
-                    self._refs[row_key(cell, index)] = RowRef(cell, index, slim, self._room(row))
+                    self._refs[row_key(cell, index)] = RowRef(cell, index, slim)
                 yield replace(row, sample_id=row_key(cell, index))
 
     def _set_expected(self, cell: Cell, n: int) -> None:

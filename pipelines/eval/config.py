@@ -1,15 +1,14 @@
-"""The `eval:` config section. Its own strict base: importing pipelines.config here would cycle."""
+"""The `eval:` config section."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from pipelines.agent.direct import Method
+from pipelines.agent.config import Method
+from pipelines.typed import Strict
 
 
-class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
+class EvalConfig(Strict):
     tasks: tuple[str, ...] = ("hotpotqa", "niah_single")
     lengths: tuple[str, ...] = ("8K", "16K", "32K", "64K", "128K")  # K = 1024 tokens
     n: int = Field(128, gt=0)  # questions per (task, length)

@@ -115,18 +115,13 @@ def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenize
     """Every unfinished cell of one method through one run_groups stream; each cell is written
     and its metrics logged the moment its last row (scored or quarantined) is in; rows already
     checkpointed by an earlier run are not run again."""
-    from pipelines.agent.codec import ChatCodec
-    from pipelines.agent.direct import context_room
     from pipelines.eval.cells import CellBook
     from pipelines.eval.rows import cell_rows
     from pipelines.rollout.core import RolloutSpec
     from pipelines.rollout.service import Quarantined, run_groups
 
     e, a, method = cfg.eval, cfg.agent, cells[0][2]
-    codec = ChatCodec(tokenizer)  # used only by the row stream's thread
-    room = (lambda row: 0) if method == "memagent" else (
-        lambda row: context_room(codec, row.question, window(cfg), a.final_budget))
-    book = CellBook(e.traces, room)
+    book = CellBook(e.traces)
 
     def saved(cell: Cell) -> list[dict]:
         records = read_parts(parts_uri(out, *cell))

@@ -24,7 +24,6 @@ class RowRef:
     cell: Cell
     index: int  # position of the row in its cell
     row: TaskRow
-    room: int  # document tokens the one-turn baselines fit; a longer document is cut
 
 
 def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
@@ -48,7 +47,7 @@ def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
     _, length, method = ref.cell
     rec = base_record(ref.row, method, length, ref.index)
     rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
-               turns=len(t.turns), truncated=method != "memagent" and t.doc_tokens > ref.room,
+               turns=len(t.turns), truncated=t.truncated,
                memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
     rec.update(score(ref.row, t.prediction), answer_recall=answer_recall(ref.row, t.answer))
     return rec

@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.agent import AgentConfig, Loop, Method, make_loop
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.direct import DirectLoop, Method
-from pipelines.agent.loop import AgentLoop
-from pipelines.ask import make_loop
-from pipelines.config import AgentConfig
-from pipelines.engine.base import Engine, GenRequest, Sampling
+from pipelines.engine.base import Engine, Sampling
+from pipelines.engine.driver import run_loop
 from pipelines.ingest.tasks import score, task_chunks
 from pipelines.rollout.rewards import compute_reward, load_reward
 from pipelines.rollout.schedule import GroupTask
-from pipelines.rollout.trajectory import Group, Trajectory, Turn
+from pipelines.rollout.trajectory import Group, Trajectory
 
 
 @dataclass(frozen=True)
@@ -37,6 +35,10 @@ class RolloutSpec:
     method: Method = "memagent"
     window: int = 0  # the one-turn baselines' prompt + answer tokens
     seed: int | None = None  # per-request sampling seed: a reproducible evaluation
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p, seed=self.seed, logprobs=True)
 
 
 def store_uri(cfg: Any) -> str | None:
@@ -77,36 +79,16 @@ class WorkerCore:
         row = task.row
         async with self._slots:
             start = time.perf_counter()
-            loop = self.make_loop(row, spec)
-            turns = await self.drive(loop, spec)
-            result = loop.result()
+            result = await run_loop(self.engine, self.make_loop(row, spec), spec.sampling)
             seconds = time.perf_counter() - start
         self.rollouts_done += 1
         value = compute_reward(reward, result.answer, row.answers, row.answer_kind, row.sample_id)
         return Trajectory(
-            sample_id=row.sample_id, group_id=task.group_id, index=index, turns=turns,
+            sample_id=row.sample_id, group_id=task.group_id, index=index, turns=result.turns,
             memory=list(result.memory), answer=result.answer, prediction=result.prediction,
-            reward=value, accuracy=score(row, result.prediction)["sub_em"],
+            reward=value, accuracy=score(row, result.prediction)["sub_em"], truncated=result.truncated,
             doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name)
 
-    def make_loop(self, row: Any, spec: RolloutSpec) -> AgentLoop | DirectLoop:
+    def make_loop(self, row: Any, spec: RolloutSpec) -> Loop:
         chunks = task_chunks(row, self.store, self.codec, self.agent.chunk_size)
-        if spec.method == "memagent":
-            return make_loop(row.question, chunks, self.codec, self.agent, keep=True)
-        return DirectLoop(row.question, chunks, self.codec, spec.window, self.agent.final_budget,
-                          full=spec.method == "full", keep_conversations=True)
-
-    async def drive(self, loop: AgentLoop | DirectLoop, spec: RolloutSpec) -> list[Turn]:
-        """Run one loop to its end; the loop keeps each conversation, we add versions and time."""
-        stamps: list[tuple[int, int, float]] = []
-        while (req := loop.next_request()) is not None:
-            t0 = time.perf_counter()
-            sampling = Sampling(req.max_tokens, spec.temperature, spec.top_p, spec.seed, logprobs=True)
-            out = await self.engine.generate(GenRequest(sampling, req.prompt_ids))
-            if out.logprobs is None or len(out.logprobs) != len(out.token_ids):
-                raise RuntimeError("engine returned no logprob for some sampled tokens")
-            loop.feed(out.token_ids, out.text, out.logprobs, out.finish_reason)
-            end = max(out.policy_version, self.engine.version)
-            stamps.append((out.policy_version, end, time.perf_counter() - t0))
-        return [Turn(c.prompt_ids, c.response_ids, c.logprobs, c.finish_reason, c.is_final, v0, v1, sec)
-                for c, (v0, v1, sec) in zip(loop.result().conversations, stamps)]
+        return make_loop(row.question, chunks, self.codec, self.agent, spec.method, spec.window, keep_ids=True)

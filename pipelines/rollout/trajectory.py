@@ -15,24 +15,10 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
+from pipelines.agent.turns import TurnRecord
 from pipelines.errors import UserError
 
-SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One conversation: only response tokens carry loss; logprobs are the behaviour policy's."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    is_final: bool
-    # Policy version when the turn was submitted; a weight push during the turn ends at version_end.
-    version: int
-    version_end: int
-    seconds: float
+SCHEMA_VERSION = 2  # 2: turns are agent TurnRecords (max_tokens added); `truncated`
 
 
 @dataclass(frozen=True)
@@ -40,12 +26,13 @@ class Trajectory:
     sample_id: str
     group_id: str
     index: int  # rollout index within its group
-    turns: list[Turn]
+    turns: list[TurnRecord]  # one per conversation: the memory turns, then the final turn
     memory: list[str]  # the memory after each memory turn
     answer: str
     prediction: str | None  # last \boxed{} of the answer
     reward: float  # the training verifier's (or the user's reward callable's)
     accuracy: float  # lenient sub_em of the prediction (recall_all for all-of rows)
+    truncated: bool  # the one-turn baselines: the document was cut to fit the window
     doc_tokens: int
     seconds: float
     worker: str
@@ -96,6 +83,7 @@ TURN_TYPE = pa.struct([
     ("logprobs", pa.list_(pa.float32())),
     ("finish_reason", pa.string()),
     ("is_final", pa.bool_()),
+    ("max_tokens", pa.int32()),
     ("version", pa.int64()),
     ("version_end", pa.int64()),
     ("seconds", pa.float64()),
@@ -112,6 +100,7 @@ SCHEMA = pa.schema([
     ("prediction", pa.string()),
     ("reward", pa.float64()),
     ("accuracy", pa.float64()),
+    ("truncated", pa.bool_()),
     ("doc_tokens", pa.int64()),
     ("seconds", pa.float64()),
     ("worker", pa.string()),
@@ -138,7 +127,7 @@ def from_row(row: dict) -> Trajectory:
         raise UserError(f"trajectory '{row.get('sample_id')}': schema_version {version}, "
                         f"this code reads {SCHEMA_VERSION}")
     fields = {k: v for k, v in row.items() if k not in ("version_min", "version_max")}
-    fields["turns"] = [Turn(**t) for t in fields["turns"]]
+    fields["turns"] = [TurnRecord(**t) for t in fields["turns"]]
     return Trajectory(**fields)
 
 

@@ -14,11 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.agent import AgentConfig, make_loop
 from pipelines.agent.codec import ChatCodec
-from pipelines.ask import eval_sampling, make_loop
-from pipelines.config import AgentConfig, EngineConfig
-from pipelines.engine import GenRequest, Sampling, create_engine
-from pipelines.engine.driver import run_loop
+from pipelines.engine import EngineConfig, GenRequest, Sampling, create_engine
+from pipelines.engine.driver import agent_sampling, run_loop
 from pipelines.errors import UserError
 from pipelines.models import resolve_model
 from pipelines.serve.config import ServeConfig
@@ -84,8 +83,8 @@ class AgentCore:
             chunks = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
             loop = make_loop(question, chunks, self.codec, self.settings.agent)
             start = time.perf_counter()
-            result = await run_loop(self.engine, loop, eval_sampling(self.settings.agent))
-            return {"answer": result.answer, "prediction": result.prediction, "turns": result.turns,
+            result = await run_loop(self.engine, loop, agent_sampling(self.settings.agent))
+            return {"answer": result.answer, "prediction": result.prediction, "turns": result.n_turns,
                     "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
                     "model_version": self.engine.version, "memory": result.memory}
         finally:

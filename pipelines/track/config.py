@@ -1,13 +1,13 @@
-"""The `track:` config section. Its own strict base: importing pipelines.config here would cycle."""
+"""The `track:` config section."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from pipelines.typed import Strict
 
 
-class TrackConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
+class TrackConfig(Strict):
     # Off: every command uses the NullTracker (dry runs, non-zero ranks).
     enabled: bool = True
     # None: MLFLOW_TRACKING_URI, else sqlite:///HOME/mlflow.db.

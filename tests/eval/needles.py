@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 from pipelines.ingest.tasks import TaskRow, write_task_rows
-from pipelines.quickstart import NOISE
+from pipelines.ingest.builders.needle_file import NOISE
 
 
 def needle_row(tokenizer, tokens: int, index: int, seed: int = 0) -> TaskRow:

@@ -5,7 +5,8 @@ import pytest
 
 from pipelines.eval.cells import CellBook
 from pipelines.ingest.tasks import TaskRow
-from pipelines.rollout.trajectory import Trajectory, Turn
+from pipelines.agent import TurnRecord
+from pipelines.rollout.trajectory import Trajectory
 
 A, B = ("niah", "1K", "truncation"), ("niah", "2K", "truncation")
 
@@ -15,14 +16,14 @@ def task_row(i: int) -> TaskRow:
 
 
 def traj(key: str, answer: str, memory=("m1", "m2")) -> Trajectory:
-    turns = [Turn([1], [2], [-0.1], "stop", i == len(memory), 0, 0, 0.1) for i in range(len(memory) + 1)]
+    turns = [TurnRecord([1], [2], [-0.1], "stop", i == len(memory), 4, 0, 0, 0.1) for i in range(len(memory) + 1)]
     from pipelines.agent.reward import extract_boxed
 
-    return Trajectory(key, f"{key}#1", 0, turns, list(memory), answer, extract_boxed(answer), 0.0, 0.0, 120, 0.5, "w")
+    return Trajectory(key, f"{key}#1", 0, turns, list(memory), answer, extract_boxed(answer), 0.0, 0.0, True, 120, 0.5, "w")
 
 
 def test_rows_are_renamed_per_cell_and_records_keep_the_original_ids():
-    book = CellBook(traces=1, room=lambda row: 110)
+    book = CellBook(traces=1)
     rows = {A: [task_row(0), task_row(1)], B: [task_row(0)]}
     stream = book.rows([A, B], rows.__getitem__)
     keys = [r.sample_id for r in stream]

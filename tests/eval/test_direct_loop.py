@@ -4,6 +4,7 @@ import pytest
 
 from pipelines.agent.chunking import chunk_ids
 from pipelines.agent.codec import ChatCodec
+from pipelines.agent import Response
 from pipelines.agent.direct import DirectLoop, context_room
 from pipelines.errors import UserError
 
@@ -18,7 +19,7 @@ def doc(tokenizer, n_tokens):
 def make(tokenizer, n_tokens, window=400, full=False):
     codec = ChatCodec(tokenizer)
     ids = doc(tokenizer, n_tokens)
-    return DirectLoop(QUESTION, chunk_ids(ids, 64), codec, window, 16, full, keep_conversations=True), codec, ids
+    return DirectLoop(QUESTION, chunk_ids(ids, 64), codec, window, 16, full, keep_ids=True), codec, ids
 
 
 def test_truncation_keeps_head_and_tail_within_the_window(tokenizer):
@@ -30,21 +31,21 @@ def test_truncation_keeps_head_and_tail_within_the_window(tokenizer):
     prompt = codec.decode(req.prompt_ids)
     assert codec.decode(ids[: room // 2]) in prompt and codec.decode(ids[-(room - room // 2):]) in prompt
     assert codec.decode(ids[room // 2: room // 2 + 20]) not in prompt  # the middle is cut
-    assert loop.truncated
+    assert loop.progress.truncated
     answer = codec.encode("it is \\boxed{w9}")
-    loop.feed(answer, "it is \\boxed{w9}", [-0.1] * len(answer), "stop")
+    loop.feed(Response(answer, "it is \\boxed{w9}", "stop", [-0.1] * len(answer)))
     assert loop.next_request() is None and loop.done
     result = loop.result()
-    assert (result.doc_tokens, result.turns, result.memory, result.prediction) == (1000, 1, [], "w9")
-    [conv] = result.conversations
+    assert (result.doc_tokens, result.n_turns, result.memory, result.prediction) == (1000, 1, [], "w9")
+    [conv] = result.turns
     assert conv.is_final and conv.prompt_ids == req.prompt_ids and conv.response_ids == answer
 
 
 def test_full_reads_the_whole_document_when_it_fits(tokenizer):
     loop, codec, ids = make(tokenizer, 100, full=True)
     req = loop.next_request()
-    assert codec.decode(ids) in codec.decode(req.prompt_ids) and not loop.truncated
-    loop.feed([], "")
+    assert codec.decode(ids) in codec.decode(req.prompt_ids) and not loop.progress.truncated
+    loop.feed(Response([], ""))
     assert loop.result().prediction is None and loop.result().doc_tokens == 100
 
 
@@ -70,4 +71,4 @@ def test_bad_inputs_and_request_sequence(tokenizer):
     with pytest.raises(RuntimeError, match="twice"):
         loop.next_request()
     with pytest.raises(RuntimeError, match="max_tokens"):
-        loop.feed(list(range(17)), "x")
+        loop.feed(Response(list(range(17)), "x"))

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from pipelines.quickstart import write_needle_document
+from pipelines.ingest.builders.needle_file import write_needle_document
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.slow

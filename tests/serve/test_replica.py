@@ -2,7 +2,8 @@
 
 import asyncio
 
-from pipelines.config import AgentConfig, EngineConfig
+from pipelines.agent import AgentConfig
+from pipelines.engine import EngineConfig
 from pipelines.serve.config import ServeConfig
 from pipelines.serve.replica import AgentCore, ReplicaSettings
 from pipelines.serve.state import write_model_state

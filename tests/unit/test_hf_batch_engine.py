@@ -6,7 +6,7 @@ import asyncio
 import pytest
 import torch
 
-from pipelines.config import EngineConfig
+from pipelines.engine import EngineConfig
 from pipelines.engine import GenRequest, Sampling, create_engine
 from pipelines.engine.hf_engine import HFEngine
 from pipelines.errors import UserError
@@ -62,7 +62,7 @@ def test_concurrent_requests_all_complete(engine):
     outs = asyncio.run(run())
     for req, out in zip(reqs, outs):
         check(out, req.sampling.max_tokens)
-        assert out.prompt_ids == req.prompt_ids and out.policy_version == engine.version
+        assert out.version == engine.version
     assert any(o.finish_reason == "length" for o in outs)
 
 
@@ -110,8 +110,8 @@ def test_weight_swap_mid_stream_drops_nothing(engine, tiny_model_dir, other_weig
     assert len(outs) == len(reqs)
     for out in outs:
         check(out, 96)
-        assert out.policy_version in (before, before + 1)
-    assert engine.version == before + 1 and after.policy_version == before + 1
+        assert out.version in (before, before + 1)
+    assert engine.version == before + 1 and after.version == before + 1
     assert after.token_ids == ref.token_ids  # the new weights are the ones in use
 
 

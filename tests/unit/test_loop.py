@@ -7,6 +7,7 @@ import pytest
 from pipelines.agent import get_templates
 from pipelines.agent.chunking import chunk_ids, n_turns
 from pipelines.agent.codec import ChatCodec
+from pipelines.agent import Response
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.errors import UserError
 
@@ -22,7 +23,7 @@ def make(tokenizer, n_tokens, chunk=100, keep=True):
 def drive(loop, codec, reply):
     while (req := loop.next_request()) is not None:
         ids = codec.encode(reply(req))[: req.max_tokens]
-        loop.feed(ids, codec.decode(ids), [-0.5] * len(ids), "length")
+        loop.feed(Response(ids, codec.decode(ids), "length", [-0.5] * len(ids)))
     return loop.result()
 
 
@@ -30,12 +31,12 @@ def drive(loop, codec, reply):
 def test_turns_and_memory_budget(tokenizer, n_tokens):
     loop, codec = make(tokenizer, n_tokens)
     result = drive(loop, codec, lambda r: "memory " * 100 if not r.is_final else "so \\boxed{gamma} done")
-    assert result.turns == n_turns(n_tokens, 100)
+    assert result.n_turns == n_turns(n_tokens, 100)
     assert result.doc_tokens == n_tokens
     assert all(n <= LIMITS.memory_budget for n in result.memory_tokens)
     assert result.prediction == "gamma"
-    convs = result.conversations
-    assert len(convs) == result.turns and convs[-1].is_final and not any(c.is_final for c in convs[:-1])
+    convs = result.turns
+    assert len(convs) == result.n_turns and convs[-1].is_final and not any(c.is_final for c in convs[:-1])
     assert all(len(c.logprobs) == len(c.response_ids) for c in convs)
 
 
@@ -60,7 +61,7 @@ def test_request_sequence_is_enforced(tokenizer):
     with pytest.raises(RuntimeError):
         loop.next_request()
     with pytest.raises(RuntimeError, match="max_tokens"):
-        loop.feed(list(range(100)), "x")
+        loop.feed(Response(list(range(100)), "x"))
 
 
 def test_bad_inputs(tokenizer):
@@ -88,7 +89,7 @@ def test_hf_engine_drives_loop(tiny_model_dir, tokenizer):
         return result
 
     result = asyncio.run(go())
-    assert result.turns == 4
-    for conv in result.conversations:
+    assert result.n_turns == 4
+    for conv in result.turns:
         assert 0 < len(conv.response_ids) <= (8 if conv.is_final else 16)
         assert len(conv.logprobs) == len(conv.response_ids) and all(lp <= 0 for lp in conv.logprobs)

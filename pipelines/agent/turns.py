@@ -1,0 +1,92 @@
+"""The records every loop driver, engine and learner shares: one request, one response, one turn.
+
+    req = loop.next_request()              # TurnRequest: what to generate next
+    loop.feed(engine_response)             # Response: what the engine sampled
+    loop.result().turns                    # one TurnRecord per turn, in order
+
+A TurnRecord is what training consumes (only response tokens carry loss; logprobs are the
+behaviour policy's) and what traces and progress displays read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    turn: int
+    is_final: bool
+    prompt_ids: list[int]
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class Response:
+    """What an engine returns for one request."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str = "stop"  # "stop" or "length"
+    logprobs: list[float] | None = None  # of the sampled tokens, under the distribution sampled from
+    version: int = 0  # policy version when the request was submitted
+    version_end: int = 0  # ... and when it returned (a weight push may land in between)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    prompt_ids: list[int]  # empty unless the loop keeps token ids (training, rollouts)
+    response_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+    is_final: bool
+    max_tokens: int
+    version: int
+    version_end: int
+    seconds: float
+
+
+@dataclass
+class AgentResult:
+    question: str
+    answer: str = ""
+    prediction: str | None = None
+    doc_tokens: int = 0
+    memory: list[str] = field(default_factory=list)  # the memory after each memory turn
+    turns: list[TurnRecord] = field(default_factory=list)
+    truncated: bool = False  # the one-turn baselines: the document was cut to fit the window
+
+    @property
+    def memory_tokens(self) -> list[int]:
+        return [len(t.response_ids) for t in self.turns if not t.is_final]
+
+    @property
+    def n_turns(self) -> int:
+        return len(self.memory) + 1
+
+
+class Loop(Protocol):
+    """A sans-IO agent loop: the driver asks for a request, generates it, feeds the response."""
+
+    def next_request(self) -> TurnRequest | None: ...
+
+    def feed(self, response: Response) -> None: ...
+
+    @property
+    def progress(self) -> AgentResult: ...  # the result so far (turns fed, memory, tokens read)
+
+    def result(self) -> AgentResult: ...  # the result, once the final turn was fed
+
+
+def record_turn(req: TurnRequest | None, resp: Response, keep_ids: bool) -> TurnRecord:
+    """Check a fed response against its request and make its record."""
+    if req is None:
+        raise RuntimeError("feed() without a pending request")
+    if len(resp.token_ids) > req.max_tokens:
+        raise RuntimeError(f"engine returned {len(resp.token_ids)} tokens > max_tokens={req.max_tokens}")
+    ids = list(resp.token_ids)
+    return TurnRecord(req.prompt_ids if keep_ids else [], ids, resp.logprobs, resp.finish_reason,
+                      req.is_final, req.max_tokens, resp.version, max(resp.version, resp.version_end),
+                      resp.seconds)

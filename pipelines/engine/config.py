@@ -1,0 +1,26 @@
+"""The `engine:` config section."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipelines.typed import Strict
+
+
+class EngineConfig(Strict):
+    kind: Literal["vllm", "hf", "hf_batch"] = "vllm"
+    dtype: str = "bfloat16"
+    max_model_len: int = 8192
+    max_num_seqs: int = 64
+    enforce_eager: bool = True
+    # CPU build: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE). GPU build: memory fraction.
+    cpu_kvcache_gib: int = 2
+    # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
+    cpu_reserved_cores: int | None = Field(None, ge=0)
+    gpu_memory_utilization: float = 0.85
+    tensor_parallel_size: int = 1
+    seed: int = 0
+    # hf_batch: tokens one forward step packs (prefill chunks + decodes).
+    max_batch_tokens: int = Field(2048, gt=0)
