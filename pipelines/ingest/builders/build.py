@@ -54,6 +54,13 @@ def sample_stream(req: BuildRequest, target: int, count) -> Iterator[tuple[str, 
         yield from ruler_samples(Ruler(count, req.haystack, req.values), req.task, req.split, target, req.n, req.seed)
 
 
+def inline_rows(req: BuildRequest, target: int, count) -> Iterator[TaskRow]:
+    """Rows with their documents inline, built lazily and written nowhere (splits built on the fly)."""
+    for name, s in sample_stream(req, target, count):
+        yield TaskRow(f"{tag(req)}/{req.split}/{target}/s{req.seed}/{name}", s.question, list(s.answers),
+                      s.answer_kind, None, s.text, s.tokens, req.task, req.split, s.evidence)
+
+
 def tag(req: BuildRequest) -> str:
     from pipelines.ingest.builders.ruler import variant
 
@@ -71,8 +78,8 @@ def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
             doc_id = f"{tag(req)}/{req.split}/{target}/s{req.seed}/{name}"
             check_length(s.text, target, count, f"{req.task} sample '{doc_id}'")
             out.write((json.dumps({"id": doc_id, "text": s.text}) + "\n").encode())
-            yield {"sample_id": doc_id, "question": s.question, "answers": s.answers,
-                   "answer_kind": s.answer_kind, "doc_id": doc_id, "task": req.task, "split": req.split}
+            yield {"sample_id": doc_id, "question": s.question, "answers": s.answers, "answer_kind": s.answer_kind,
+                   "doc_id": doc_id, "task": req.task, "split": req.split, "evidence": s.evidence}
 
 
 def build(req: BuildRequest, cfg) -> BuildSummary:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import UserError
+from pipelines.ingest.tasks import Evidence
 
 Count = Callable[[str], int]
 TOLERANCE = 0.02
@@ -59,6 +60,25 @@ class Sample:
     answer_kind: str
     text: str
     tokens: int
+    evidence: list[Evidence] | None = None  # None: the task has no answering pieces (fwe)
+
+
+def locate(text: str, spans: list[tuple[int, str]], count: Count) -> list[Evidence]:
+    """Evidence for pieces at known character starts: offset = tokens of the text before the piece.
+    A space just before a piece is left to it: BPE tokenizers (byte-level and SentencePiece)
+    merge it into the piece's first token, so the offset is the piece's index in the document."""
+    out = []
+    for start, piece in sorted(spans):
+        if text[start:start + len(piece)] != piece:
+            raise ValueError(f"evidence {piece[:40]!r} is not at character {start}")
+        before = text[:start - 1] if text[start - 1:start] == " " else text[:start]
+        out.append(Evidence(piece, count(before) if before else 0))
+    return out
+
+
+def find_all(text: str, pieces: list[str], count: Count) -> list[Evidence]:
+    """Evidence for pieces that each occur once in text (needles, variable assignments)."""
+    return locate(text, [(text.index(p), p) for p in pieces], count)
 
 
 def take_fitting(units: Iterator[str], budget: int, count: Count, sep_tokens: int,

