@@ -77,15 +77,16 @@ def _evidence(sample_id: str, pieces) -> tuple[Evidence, ...]:
     out = [p if isinstance(p, Evidence) else Evidence(**p) for p in pieces]
     for p in out:
         if not isinstance(p.text, str) or not p.text or not isinstance(p.offset, int) or p.offset < 0:
-            raise UserError(f"task row '{sample_id}': bad evidence piece (text {str(p.text)[:40]!r}, offset {p.offset})")
+            raise UserError(f"task row '{sample_id}': bad evidence piece "
+                            f"(text {str(p.text)[:40]!r}, offset {p.offset})")
     return tuple(sorted(out, key=lambda p: p.offset))
 
 
 def require_evidence(row: TaskRow) -> tuple[Evidence, ...]:
     """The row's evidence, or a one-line error naming the row where it was never recorded."""
     if row.evidence is None:
-        raise UserError(f"task row '{row.sample_id}': no evidence recorded (rows from before task schema "
-                        f"version {TASK_SCHEMA_VERSION}, or task '{row.task}' has none); rebuild with `memagent data build`")
+        raise UserError(f"task row '{row.sample_id}': no evidence recorded (rows from before task schema version "
+                        f"{TASK_SCHEMA_VERSION}, or task '{row.task}' has none); rebuild with `memagent data build`")
     return row.evidence
 
 
@@ -160,7 +161,8 @@ def _columns(uri: str, schema: pa.Schema) -> list[str]:
     """The columns to read for this file's version; a newer version or a missing column is refused."""
     version = schema_version(schema)
     if version > TASK_SCHEMA_VERSION:
-        raise UserError(f"task rows '{uri}': task schema version {version}, this code reads up to {TASK_SCHEMA_VERSION}")
+        raise UserError(f"task rows '{uri}': task schema version {version}, "
+                        f"this code reads up to {TASK_SCHEMA_VERSION}")
     names = [f.name for f in fields(TaskRow)] if version >= 2 else list(V1_COLUMNS)
     missing = [n for n in names if n not in schema.names]
     if missing:

@@ -80,6 +80,14 @@ def test_niah_evidence_is_the_queried_keys_needles_only(task, count):
             assert sorted(asked) == sorted(needles)
 
 
+def test_multikey_queried_needle_at_any_rank(count):
+    ranks = set()
+    for _, s in ruler_samples(Ruler(count), "niah_multikey", "train", 1024, 12, seed=0):
+        needles = re.findall(r"One of the special magic numbers for \S+ is: \d+\.", s.text)
+        ranks.add(needles.index(s.evidence[0].text))
+    assert len(ranks) > 1
+
+
 def test_fwe_answers_are_the_three_most_frequent_words(count):
     from collections import Counter
 

@@ -81,7 +81,10 @@ class Ruler:
             keys = [keys[0]] * N_NEEDLES
         values = [self.value(rng) for _ in keys]
         needles = [self.needle(k, v) for k, v in zip(keys, values)]
-        text, n = self.document(rng, needles, target)
+        placed = list(needles)
+        if task == "niah_multikey":  # else the queried needle would always come first
+            rng.shuffle(placed)
+        text, n = self.document(rng, placed, target)
         kind = self.values.rstrip("s")
         if task in ("niah_single", "niah_multikey"):  # the distractor keys' needles are no evidence
             q = f"What is the special magic {kind} for {keys[0]} mentioned in the provided text?"

@@ -1,0 +1,155 @@
+"""Programmatic memory traces: the SFT warm start's conversations, written from task evidence.
+
+The base model gives RL no signal (every group all-zero), so the learner first imitates an
+agent that keeps exactly what answers the question:
+
+- each memory turn writes the evidence pieces (task row `evidence`) read so far, one per
+  line, earliest first; pieces that would overflow the memory budget are left out whole;
+  before any evidence, the template's initial memory;
+- the final turn writes `\\boxed{gold}` (the first gold answer; every answer, comma-separated,
+  for all-of rows).
+
+The prompts come from driving the real AgentLoop with these scripted responses, so they are
+byte-identical to what the agent sees at inference. A response is its text's tokens plus EOS,
+as an engine's response ends when it stops. Nothing is random: a row gives the same trace on
+every machine.
+
+    for trace in iter_traces(rows, store, codec, templates, limits, chunk_size=5000):
+        for turn in trace.turns: ...   # prompt_ids, response_ids (loss), is_final
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from pipelines.agent.codec import ChatCodec
+from pipelines.agent.loop import AgentLoop, LoopLimits
+from pipelines.agent.templates import TemplateSet
+from pipelines.agent.turns import Response
+from pipelines.errors import UserError
+from pipelines.ingest.store import ChunkStore
+from pipelines.ingest.tasks import Evidence, TaskRow, require_evidence, task_chunks
+
+SLACK = 2  # tokens a piece's recorded span may be off (BPE merges across its edges)
+SEP = "\n"
+
+
+@dataclass(frozen=True)
+class TraceTurn:
+    prompt_ids: list[int]
+    response_ids: list[int]  # the text's tokens + EOS: the only tokens that carry loss
+    is_final: bool
+    text: str  # the memory written, or the boxed answer
+
+
+@dataclass(frozen=True)
+class Trace:
+    sample_id: str
+    turns: list[TraceTurn]
+
+    def records(self) -> list[dict]:
+        """One flat row per conversation (for a Ray Dataset)."""
+        return [{"sample_id": self.sample_id, "turn": i, "prompt_ids": t.prompt_ids,
+                 "response_ids": t.response_ids, "is_final": t.is_final} for i, t in enumerate(self.turns)]
+
+
+def select_memory(pieces: Sequence[str], room: int, count: Callable[[str], int], initial: str) -> str:
+    """The pieces joined one per line, earliest first, each kept whole only if the memory still
+    fits in `room` tokens; the initial memory when none is kept."""
+    kept: list[str] = []
+    for piece in pieces:
+        if count(SEP.join([*kept, piece])) <= room:
+            kept.append(piece)
+    return SEP.join(kept) if kept else initial
+
+
+class EvidenceReader:
+    """Follows a document chunk by chunk and keeps the pieces read so far, in document order.
+
+    A piece counts as read once its recorded span lies within the tokens read and its text is
+    found in the tokens just read: offsets are exact only up to BPE merges at a piece's edges
+    and the document's own slicing, and a memory must never hold text from a later chunk.
+    """
+
+    def __init__(self, sample_id: str, pieces: Sequence[Evidence], codec: ChatCodec):
+        self.sample_id, self._codec = sample_id, codec
+        self._pending = [(p, len(codec.encode(p.text))) for p in pieces]
+        self._keep = max((n for _, n in self._pending), default=0) + 2 * SLACK
+        self._read, self._tail = 0, []
+        self._seen: list[Evidence] = []
+
+    @property
+    def seen(self) -> list[str]:
+        return [p.text.strip() for p in self._seen]
+
+    def read(self, chunk: list[int]) -> None:
+        window = self._tail + list(chunk)
+        self._read += len(chunk)
+        due = [(p, n) for p, n in self._pending if p.offset + n - SLACK <= self._read]
+        if due:
+            text = self._codec.decode(window)
+            found = [(p, n) for p, n in due if p.text in text]
+            self._pending = [x for x in self._pending if x not in found]
+            self._seen = sorted(self._seen + [p for p, _ in found], key=lambda p: p.offset)
+        self._tail = window[-self._keep:] if self._keep else []
+
+    def follow(self, chunks: Iterable[list[int]]) -> Iterator[list[int]]:
+        """The chunks unchanged, each read as the loop takes it."""
+        for chunk in chunks:
+            self.read(chunk)
+            yield chunk
+
+    def finish(self) -> None:
+        if self._pending:
+            p = self._pending[0][0]
+            raise UserError(f"task row '{self.sample_id}': evidence {p.text[:40]!r} not found in its document "
+                            f"near token {p.offset} (rows built with another tokenizer?)")
+
+
+def gold_answer(row: TaskRow) -> str:
+    if not row.answers:
+        raise UserError(f"task row '{row.sample_id}': no answers")
+    return ", ".join(row.answers) if row.answer_kind == "all_of" else row.answers[0]
+
+
+def _response(codec: ChatCodec, text: str, eos: int, budget: int, what: str) -> Response:
+    ids = codec.encode(text) + [eos]
+    if len(ids) > budget:
+        raise UserError(f"{what} takes {len(ids)} tokens with EOS, over the turn's budget of {budget}")
+    return Response(ids, text)
+
+
+def sft_trace(row: TaskRow, chunks: Iterable[list[int]], codec: ChatCodec, templates: TemplateSet,
+              limits: LoopLimits) -> list[TraceTurn]:
+    """The row's scripted conversations, one per turn (memory turns, then the final turn)."""
+    pieces, answer = require_evidence(row), f"\\boxed{{{gold_answer(row)}}}"
+    eos = codec.tokenizer.eos_token_id
+    if eos is None:
+        raise UserError("tokenizer: no eos_token_id (a response must end with EOS)")
+    reader = EvidenceReader(row.sample_id, pieces, codec)
+    count = lambda text: len(codec.encode(text))  # noqa: E731
+    try:
+        loop = AgentLoop(row.question, reader.follow(chunks), codec, templates, limits, keep_ids=True)
+        while (req := loop.next_request()) is not None:
+            if req.is_final:
+                reader.finish()
+                resp = _response(codec, answer, eos, req.max_tokens, "the boxed answer")
+            else:
+                memory = select_memory(reader.seen, req.max_tokens - 1, count, templates.initial_memory)
+                resp = _response(codec, memory, eos, req.max_tokens, "the initial memory")
+            loop.feed(resp)
+    except UserError as e:
+        if f"'{row.sample_id}'" in str(e):
+            raise
+        raise UserError(f"task row '{row.sample_id}': {e}") from None
+    return [TraceTurn(t.prompt_ids, t.response_ids, t.is_final, m)
+            for t, m in zip(loop.result().turns, [*loop.result().memory, answer])]
+
+
+def iter_traces(rows: Iterable[TaskRow], store: ChunkStore | None, codec: ChatCodec, templates: TemplateSet,
+                limits: LoopLimits, chunk_size: int) -> Iterator[Trace]:
+    """Traces of many rows, streamed: one document in memory at a time."""
+    for row in rows:
+        yield Trace(row.sample_id, sft_trace(row, task_chunks(row, store, codec, chunk_size), codec, templates,
+                                             limits))
