@@ -4,6 +4,9 @@
 
 Config: --config FILE (default configs/local.yaml) plus dotted overrides as trailing
 arguments, e.g. `memagent ask --doc d.txt --question q agent.chunk_size=1024`.
+
+SIGTERM stops a command as Ctrl-C does, and a local Ray it started is shut down with it
+(pipelines/raylife.py); the exit status is then 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
+from pipelines import raylife
 from pipelines.errors import UserError
 
 # name -> (module, help). Adding a command is one line here plus the module.
@@ -26,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("pipelines.ingest.command", "stream a corpus (local or s3://) into the chunk store"),
     "data": ("pipelines.ingest.data_command", "build offline long-context task datasets (data build)"),
     "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
+    "train": ("pipelines.learn.command", "train the agent: SFT warm start (--sft) or Multi-Conv DAPO with rollout workers"),
 }
 
 
@@ -62,15 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
-        dispatch(args)
+        with raylife.guard():
+            dispatch(args)
     except UserError as e:
         from pipelines.track.redact import env_secrets, redact
 
         print(f"memagent: error: {redact(str(e), env_secrets())}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("memagent: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        print("memagent: interrupted" if signum == signal.SIGINT else f"memagent: stopped ({e})", file=sys.stderr)
+        return 128 + signum
     return 0
 
 
