@@ -1,11 +1,14 @@
 """`memagent serve`: the Ray Serve application (gateway -> agent replicas, job manager).
 
-    MEMAGENT_SERVE_TOKEN=secret memagent serve --model smollm2 --store .memagent/store
+    MEMAGENT_SERVE_TOKEN=secret memagent serve --model smollm2 --store .memagent/store "serve.allowed_paths=[$PWD]"
     curl -s localhost:8000/v1/answer -H "Authorization: Bearer secret" \\
         -d '{"question": "What does the agent keep?", "uri": "'$PWD'/README.md"}'
 
 Binds 127.0.0.1 by default; any other address needs a token (env `serve.token_env`),
-which every call must then carry. Connects to RAY_ADDRESS when set, else starts Ray here.
+which every call must then carry. A `uri`, a job's `input` and `output` must lie under
+serve.allowed_paths (default: the chunk store and HOME/jobs) or serve.allowed_s3_prefixes,
+else 403. Connects to RAY_ADDRESS when set, else starts Ray here; SIGTERM or Ctrl-C stops
+the app and that Ray (pipelines/raylife.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.serve.config import LOOPBACK
+from pipelines.storage import is_s3
 
 FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                  "AWS_REGION", "AWS_DEFAULT_REGION", "MEMAGENT_HOME", "VLLM_LOGGING_LEVEL",
@@ -44,6 +48,19 @@ def absolute_ref(ref: str | None) -> str | None:
     return ref
 
 
+def allowed(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(local roots, s3 prefixes) requests may name; defaults: the chunk store and HOME/jobs."""
+    s = cfg.serve
+    store = s.store or cfg.ingest.store
+    paths = s.allowed_paths
+    if paths is None:
+        paths = ([] if is_s3(store) else [store]) + [str(cfg.home_path / "jobs")]
+    prefixes = s.allowed_s3_prefixes
+    if prefixes is None:
+        prefixes = [store] if is_s3(store) else []
+    return tuple(str(Path(p.removeprefix("file://")).expanduser().absolute()) for p in paths), tuple(prefixes)
+
+
 def preflight(cfg: Config, model: str | None) -> None:
     """Bad model or store references fail here, in one line, not in restarting replicas."""
     from pipelines.models import config_model_dir
@@ -61,7 +78,9 @@ def build_app(cfg: Config, model: str | None = None):
     from pipelines.serve.replica import ReplicaSettings
 
     s = cfg.serve
-    serve_cfg = s.model_copy(update={"store": absolute_ref(s.store)})
+    paths, prefixes = allowed(cfg)
+    serve_cfg = s.model_copy(update={"store": absolute_ref(s.store), "allowed_paths": paths,
+                                     "allowed_s3_prefixes": prefixes})
     from pipelines.track.tracker import default_tracking_uri
 
     settings = ReplicaSettings(absolute_ref(model or cfg.model.path), str(cfg.home_path), state_dir(cfg),
@@ -107,6 +126,9 @@ def stop(cfg: Config, shutdown_ray: bool = True) -> None:
 def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> None:
     url = start(cfg, model, host, port)
     print(f"serving {model or cfg.model.path} at {url} (OpenAPI: {url}/docs); Ctrl-C stops", flush=True)
+    paths, prefixes = allowed(cfg)
+    print(f"uri, input and output may name only: {', '.join(paths + prefixes) or 'nothing'} "
+          f"(serve.allowed_paths, serve.allowed_s3_prefixes)", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from pipelines.typed import Strict
 
@@ -18,6 +18,12 @@ class ServeConfig(Strict):
     app_name: str = "memagent"
     # Chunk store for `doc_id` documents (local folder or s3://); None: doc_id is refused.
     store: str | None = None
+    # Local roots that a request's `uri` and a job's `input`/`output` may name, judged after
+    # `..` and symlinks; None: the chunk store (if local) and HOME/jobs. [] allows none.
+    allowed_paths: tuple[str, ...] | None = None
+    # s3:// prefixes they may name (whole segments: s3://b/docs allows s3://b/docs/x only);
+    # None: the chunk store's prefix if it is on S3.
+    allowed_s3_prefixes: tuple[str, ...] | None = None
     # Where job registry and the current model version live; "" -> HOME/serve.
     state_dir: str = ""
     replicas: int = Field(1, ge=1)
@@ -34,3 +40,19 @@ class ServeConfig(Strict):
     shard_rows: int = Field(64, ge=1)
     shards_in_flight: int = Field(2, ge=1)
     row_attempts: int = Field(8, ge=1)
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def local_paths(cls, v):
+        bad = next((p for p in v or () if "://" in p and not p.startswith("file://")), None)
+        if bad:
+            raise ValueError(f"'{bad}': a local folder here; s3:// prefixes go in allowed_s3_prefixes")
+        return v
+
+    @field_validator("allowed_s3_prefixes")
+    @classmethod
+    def s3_prefixes(cls, v):
+        bad = next((p for p in v or () if not p.startswith("s3://") or len(p) <= len("s3://")), None)
+        if bad:
+            raise ValueError(f"'{bad}': expected s3://bucket or s3://bucket/prefix")
+        return v

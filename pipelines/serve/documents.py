@@ -2,7 +2,8 @@
 
 Checks that can fail cheaply run before the first turn (missing object, unknown doc_id,
 over the length limit where the length is known); a streamed URI is also capped while
-it is read, so no request can make a replica read without bound.
+it is read, so no request can make a replica read without bound. A URI is opened only
+where the app's Access rule allows (serve.allowed_paths), at the path it resolves to.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pipelines.agent.chunking import iter_chunks, iter_token_blocks
 from pipelines.agent.codec import ChatCodec
 from pipelines.errors import UserError
+from pipelines.serve.access import Access
+from pipelines.serve.config import ServeConfig
 from pipelines.serve.schema import ServeError
 from pipelines.storage import file_info, read_text_blocks
 
@@ -38,9 +41,14 @@ def capped(chunks: Iterable[list[int]], limit: int, name: str) -> Iterator[list[
 class Documents:
     """Resolves document references for one replica; the chunk store opens on first use."""
 
-    def __init__(self, codec: ChatCodec, limits: DocLimits, store_uri: str | None):
-        self.codec, self.limits, self.store_uri = codec, limits, store_uri
+    def __init__(self, codec: ChatCodec, limits: DocLimits, store_uri: str | None, access: Access = Access()):
+        """access: where a `uri` may point; the default rule allows none."""
+        self.codec, self.limits, self.store_uri, self.access = codec, limits, store_uri, access
         self._store = None
+
+    @classmethod
+    def for_serve(cls, codec: ChatCodec, limits: DocLimits, serve: ServeConfig) -> Documents:
+        return cls(codec, limits, serve.store, Access.of(serve.allowed_paths, serve.allowed_s3_prefixes))
 
     def store(self):
         if not self.store_uri:
@@ -95,6 +103,7 @@ class Documents:
 
     def uri_chunks(self, uri: str) -> Iterator[list[int]]:
         limit = self.limits.max_doc_tokens
+        uri = self.access.check(uri, "uri")
         try:
             info = file_info(uri)
             if info.size and info.size > limit * MAX_BYTES_PER_TOKEN:

@@ -23,6 +23,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
+from pipelines.serve.access import real, under
+from pipelines.serve.schema import ServeError
 from pipelines.serve.state import join, read_json, write_json
 from pipelines.storage import first_line, resolve
 
@@ -61,7 +63,17 @@ def input_files(uri: str) -> list[tuple[pafs.FileSystem, str]]:
     bad = [p for p in found if not p.endswith(INPUT_SUFFIXES)]
     if bad:
         raise UserError(f"input '{uri}': expected .parquet or .jsonl rows, got '{bad[0]}'")
+    if isinstance(fs, pafs.LocalFileSystem):
+        check_links(uri, path, found)
     return [(fs, p) for p in found]
+
+
+def check_links(uri: str, folder: str, files: list[str]) -> None:
+    """A checked input folder may not hold symlinks that lead out of it."""
+    root = real(folder)
+    out = next((f for f in files if not under(real(f), root)), None)
+    if out:
+        raise ServeError(f"input '{uri}': '{out}' links outside the folder", 403)
 
 
 def iter_rows(uri: str, batch_rows: int = 256) -> Iterator[dict]:

@@ -3,7 +3,8 @@
 Rows go to the agent replicas through a Serve handle, so a job spreads over all of them;
 a row whose replica died is retried on another (backing off while Serve restarts it).
 A registry entry per job under the state folder lets a restarted app resume every job
-that was running.
+that was running. A job's input and output must lie where the app's Access rule allows
+(serve.allowed_paths); the job then works on their resolved paths.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 
 from pipelines.errors import UserError
+from pipelines.serve.access import Access
 from pipelines.serve.jobs import JobState, input_files, job_id_for, load_state, save_state
 from pipelines.serve.runner import JobRunner
 from pipelines.serve.schema import ServeError
@@ -25,6 +27,7 @@ class JobManager:
     def __init__(self, answer_row, settings):
         """answer_row: async row -> output row (may raise on infrastructure failure)."""
         self.answer_row, self.cfg, self.state_dir = answer_row, settings.serve, settings.state_dir
+        self.access = Access.of(self.cfg.allowed_paths, self.cfg.allowed_s3_prefixes)
         self.jobs: dict[str, tuple[JobState, asyncio.Task | None]] = {}
 
     def _registry(self, job_id: str = "") -> str:
@@ -39,7 +42,7 @@ class JobManager:
         resumed = []
         for info in infos:
             entry = read_json(join(self._registry(), info.base_name)) if info.base_name.endswith(".json") else None
-            state = load_state(entry["output"]) if entry else None
+            state = load_state(entry["output"]) if entry and self._still_allowed(entry) else None
             if state and state.status in ("queued", "running", "interrupted") and state.job_id not in self.jobs:
                 self._start(state)
                 resumed.append(state.job_id)
@@ -59,7 +62,15 @@ class JobManager:
         self._start(state)
         return {"job_id": state.job_id, "status": "running"}
 
+    def _still_allowed(self, entry: dict) -> bool:
+        ok = self.access.allows(entry["input"]) and self.access.allows(entry["output"])
+        if not ok:
+            log.warning("job %s: not resumed, its input or output is no longer in serve.allowed_paths",
+                        entry.get("job_id"))
+        return ok
+
     def _prepare(self, input_uri: str, output_uri: str) -> JobState:
+        input_uri, output_uri = self.access.check(input_uri, "input"), self.access.check(output_uri, "output")
         input_files(input_uri)
         job_id = job_id_for(input_uri, output_uri)
         state = load_state(output_uri)

@@ -54,7 +54,7 @@ class AgentCore:
         self.settings, self.engine, self.model = settings, engine, model
         self.codec = ChatCodec(engine.tokenizer)
         limits = DocLimits(settings.agent.chunk_size, settings.serve.max_doc_tokens)
-        self.docs = Documents(self.codec, limits, settings.serve.store)
+        self.docs = Documents.for_serve(self.codec, limits, settings.serve)
         self.ongoing = 0
         self._checked = float("-inf")  # the first request re-reads the state: a reload may have come since create()
         self._reload_lock = asyncio.Lock()

@@ -1,11 +1,14 @@
 """The Serve app end to end over HTTP: vLLM CPU engines (2 replicas), a real chunk store,
 SeaweedFS for s3:// documents, the openai client, a batch job that survives killed processes,
-a weight reload under traffic, and every bad-input and auth rule. One app for the module."""
+a weight reload under traffic, every bad-input and auth rule, and the path rule (uri, input
+and output only under serve.allowed_paths / allowed_s3_prefixes). One app for the module."""
 
 import json
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +25,7 @@ from tests.conftest import run_cli
 pytestmark = pytest.mark.slow
 
 TOKEN = "test-token"
+S3_ALLOWED = "s3://memagent-test/serve"
 N_DOCS, N_ROWS = 10, 50
 
 
@@ -64,7 +68,9 @@ def served(s3, store, tmp_path_factory):
         "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
         "serve.replicas=2", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=4",
         "serve.max_queued_requests=2", "serve.retry_after_s=1", "serve.shard_rows=8", "serve.max_doc_tokens=2000",
-        f"serve.store={store}", f"serve.state_dir={state}"])
+        f"serve.store={store}", f"serve.state_dir={state}",
+        # every test's tmp_path may be named; `outside` below may not
+        f"serve.allowed_paths=[{tmp_path_factory.getbasetemp()}]", f"serve.allowed_s3_prefixes=[{S3_ALLOWED}]"])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         url = app.start(cfg, port=free_port())
@@ -276,3 +282,93 @@ def test_batch_command_follows_a_job_on_the_server(served, tmp_path):
     bad = run_cli("batch", "--input", str(tmp_path / "none.jsonl"), "--output", str(tmp_path / "o2"),
                   "--server", served[1])
     assert bad.returncode == 2 and "none.jsonl" in bad.stderr.strip().splitlines()[-1]
+
+
+SECRET = "The vault code is 31337."
+
+
+@pytest.fixture(scope="module")
+def outside(s3):
+    """A folder and buckets the app may not touch, holding a secret. Access times are set before
+    modification times, so any read of a file would move its atime (relatime)."""
+    folder = Path(tempfile.mkdtemp(prefix="memagent-outside-"))
+    (folder / "secret.txt").write_text(SECRET)
+    (folder / "rows.jsonl").write_text(json.dumps({"question": "What is the vault code?", "document": SECRET}) + "\n")
+    for f in folder.iterdir():
+        os.utime(f, (1000, 2000))
+    s3.create_bucket("memagent-other")
+    s3.client().put_object(Bucket="memagent-other", Key="secret.txt", Body=SECRET.encode())
+    s3.client().put_object(Bucket="memagent-test", Key="serve-private/secret.txt", Body=SECRET.encode())
+    yield folder
+    shutil.rmtree(folder)
+
+
+def untouched(folder: Path) -> None:
+    """Nothing was read from the folder, and nothing was written into it."""
+    assert sorted(p.name for p in folder.iterdir()) == ["rows.jsonl", "secret.txt"]
+    assert [p.stat().st_atime for p in folder.iterdir()] == [1000, 1000]
+
+
+def escapes(tmp_path: Path, outside: Path) -> dict[str, tuple[str, str]]:
+    """name -> (uri, reason): each way out of the allowed paths, starting from inside tmp_path."""
+    (tmp_path / "link.txt").symlink_to(outside / "secret.txt")
+    (tmp_path / "linkdir").symlink_to(outside)
+    out, s3_out = "outside the allowed paths", "outside the allowed s3:// prefixes"
+    return {"dotdot": (f"{tmp_path}/{os.path.relpath(outside / 'secret.txt', tmp_path)}", out),
+            "link": (str(tmp_path / "link.txt"), out), "linkdir": (str(tmp_path / "linkdir" / "secret.txt"), out),
+            "absolute": (str(outside / "secret.txt"), out), "etc": ("/etc/passwd", out),
+            "proc": ("/proc/self/environ", "under /proc"), "bucket": ("s3://memagent-other/secret.txt", s3_out),
+            "prefix": ("s3://memagent-test/serve-private/secret.txt", s3_out)}
+
+
+def test_answer_reads_only_under_the_allowed_paths(client, tmp_path, outside):
+    for name, (uri, reason) in escapes(tmp_path, outside).items():
+        r = client.post("/v1/answer", json={"question": "What is the vault code?", "uri": uri, "show_memory": True})
+        msg = r.json()["error"]["message"]
+        assert r.status_code == 403 and msg.startswith(f"uri '{uri}': {reason}") and "\n" not in msg, (name, r.text)
+        assert "31337" not in r.text
+    untouched(outside)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "doc.txt").write_text(needle_doc(2))
+    ok = client.post("/v1/answer", json={"question": "What is the code of box 2?", "uri": f"{tmp_path}/sub/../doc.txt"})
+    assert ok.status_code == 200, ok.text
+    check_answer(ok.json(), memory=False)
+
+
+def test_jobs_read_and_write_only_under_the_allowed_paths(client, s3, tmp_path, outside):
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"question": "q", "document": "d"}) + "\n")
+    (tmp_path / "linkdir").symlink_to(outside)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rows.jsonl").symlink_to(outside / "rows.jsonl")
+    good_in, good_out = str(tmp_path / "rows.jsonl"), str(tmp_path / "answers")
+    out = "outside the allowed paths"
+    cases = [("input", str(outside / "rows.jsonl"), out), ("input", str(tmp_path / "linkdir" / "rows.jsonl"), out),
+             ("input", "/proc/self/environ", "under /proc"), ("input", str(tmp_path / "in"), "links outside the folder"),
+             ("output", str(outside / "evil"), out), ("output", str(tmp_path / "linkdir" / "evil"), out),
+             ("output", f"{tmp_path}/{os.path.relpath(outside, tmp_path)}/evil", out),
+             ("output", "s3://memagent-other/evil", "outside the allowed s3:// prefixes")]
+    for field, uri, reason in cases:
+        r = client.post("/v1/jobs", json={"input": good_in, "output": good_out, field: uri})
+        msg = r.json()["error"]["message"]
+        assert r.status_code == 403 and msg.startswith(f"{field} '{uri}'") and reason in msg, (field, uri, r.text)
+    untouched(outside)
+    assert not (tmp_path / "answers").exists()  # refused before anything was written, inside or out
+    assert s3.client().list_objects_v2(Bucket="memagent-other", Prefix="evil")["KeyCount"] == 0
+
+
+def test_batch_rows_naming_uris_outside_the_roots_get_an_error(client, tmp_path, outside):
+    ways = escapes(tmp_path, outside)
+    (tmp_path / "doc.txt").write_text(needle_doc(1))
+    rows = [{"id": "inside", "question": "What is the code of box 1?", "uri": str(tmp_path / "doc.txt")}] + \
+        [{"id": name, "question": "What is the vault code?", "uri": uri} for name, (uri, _) in ways.items()]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = client.post("/v1/jobs", json={"input": str(tmp_path / "q.jsonl"), "output": str(tmp_path / "out")})
+    assert r.status_code == 202, r.text
+    final = wait_job(client, r.json()["job_id"], lambda s: s["status"] in ("done", "failed"))
+    assert final["status"] == "done" and final["done"] == len(rows) and final["errors"] == len(ways), final
+    out = {row["id"]: row for row in pq.read_table(tmp_path / "out").to_pylist()}
+    assert out["inside"]["error"] is None and out["inside"]["turns"] >= 2, out["inside"]
+    for name, (uri, reason) in ways.items():
+        assert out[name]["error"].startswith(f"uri '{uri}': {reason}") and out[name]["turns"] == 0, out[name]
+    assert "31337" not in json.dumps(list(out.values()))
+    untouched(outside)

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.agent.codec import ChatCodec
+from pipelines.serve.access import Access
 from pipelines.serve.app import check_binding
 from pipelines.serve.documents import DocLimits, Documents
 from pipelines.serve.jobs import (JobState, count_rows, finished_shards, iter_rows, iter_shards, job_id_for,
@@ -52,7 +53,8 @@ def test_non_loopback_needs_a_token():
 
 
 def test_documents_text_uri_and_limits(tmp_path, tokenizer):
-    docs = Documents(ChatCodec(tokenizer), DocLimits(chunk_size=16, max_doc_tokens=100), store_uri=None)
+    docs = Documents(ChatCodec(tokenizer), DocLimits(chunk_size=16, max_doc_tokens=100), store_uri=None,
+                     access=Access.of([str(tmp_path)], []))
     text = "The grass is green. " * 10
     chunks = list(docs.chunks(document=text))
     assert sum(chunks, []) == tokenizer.encode(text, add_special_tokens=False)
