@@ -21,6 +21,7 @@ from pipelines.engine.config import EngineConfig
 from pipelines.errors import UserError
 from pipelines.eval.config import EvalConfig
 from pipelines.ingest.config import IngestConfig
+from pipelines.learn.config import LearnConfig
 from pipelines.rollout.config import RolloutConfig
 from pipelines.serve.config import ServeConfig
 from pipelines.track.config import TrackConfig
@@ -54,6 +55,7 @@ class Config(Strict):
     eval: EvalConfig = EvalConfig()
     ingest: IngestConfig = IngestConfig()
     rollout: RolloutConfig = RolloutConfig()
+    learn: LearnConfig = LearnConfig()
 
     @property
     def home_path(self) -> Path:

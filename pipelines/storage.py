@@ -113,3 +113,43 @@ def download_prefix(uri: str, dest: Path) -> Path:
                 out.write(buf)
         tmp.rename(target)
     return dest
+
+
+def publish_dir(src: Path, uri: str) -> str:
+    """Copy a local folder to `uri` (folder or s3:// prefix) so that it appears whole: local
+    folders are written aside and renamed; on S3 every object is one PUT, config.json last
+    (readers check for it)."""
+    fs, root = resolve(uri)
+    files = sorted((p for p in Path(src).rglob("*") if p.is_file()), key=lambda p: p.name == "config.json")
+    if isinstance(fs, pafs.LocalFileSystem):
+        import shutil
+
+        tmp = Path(f"{root}.{uuid.uuid4().hex[:8]}.part")
+        shutil.copytree(src, tmp)
+        if Path(root).exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+        return root
+    for p in files:
+        with open(p, "rb") as f, fs.open_output_stream(f"{root}/{p.relative_to(src)}") as out:
+            while buf := f.read(BLOCK * 8):
+                out.write(buf)
+    return uri
+
+
+def remove_tree(uri: str) -> None:
+    fs, root = resolve(uri)
+    try:
+        fs.delete_dir(root)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def list_dirs(uri: str) -> list[str]:
+    """Names of the folders (or common prefixes) directly under uri; [] if there is none."""
+    fs, root = resolve(uri)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    except OSError:
+        return []
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)

@@ -87,6 +87,7 @@ class Scheduler:
         self._buffer: deque[Group] = deque()
         self._seq = 0
         self.exhausted = False
+        self.settled: list[str] = []  # group ids that left without delivery (filtered, stale, failed)
 
     @property
     def buffered(self) -> int:
@@ -151,6 +152,7 @@ class Scheduler:
             return "duplicate"
         if self.limits.drop_equal_rewards and group.all_equal:
             self.counters.filtered += 1
+            self.settled.append(group.group_id)
             return "filtered"
         self._buffer.append(group)
         self.counters.kept += 1
@@ -171,12 +173,13 @@ class Scheduler:
         if self._settle(group_id, attempt) is None:
             return False
         self.counters.failed += 1
+        self.settled.append(group_id)
         return True
 
     def take(self, n: int) -> list[Group]:
         """n complete, fresh groups, or [] if fewer are ready; what remains once all work is done."""
         while self._buffer and is_stale(self._buffer[0], self.version, self.limits.max_staleness):
-            self._buffer.popleft()
+            self.settled.append(self._buffer.popleft().group_id)
             self.counters.stale += 1
         fresh = [g for g in self._buffer if not is_stale(g, self.version, self.limits.max_staleness)]
         if len(fresh) < n and not (self.finished and fresh):
@@ -186,6 +189,7 @@ class Scheduler:
             g = self._buffer.popleft()
             if is_stale(g, self.version, self.limits.max_staleness):
                 self.counters.stale += 1
+                self.settled.append(g.group_id)
             else:
                 out.append(g)
         self.counters.delivered += len(out)

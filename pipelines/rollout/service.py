@@ -85,6 +85,7 @@ class RolloutService:
         self._policy = (weights, version)
         self._cond = threading.Condition()
         self._refs: dict[Any, tuple[str, int, int]] = {}  # ref -> (group_id, attempt, worker)
+        self._loads: list[tuple[Any, str]] = []  # weight loads not yet settled: (ref, path)
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -142,28 +143,50 @@ class RolloutService:
             if done and not groups and not failed:
                 return
 
-    def push_weights(self, path: str, version: int) -> None:
-        """Every worker swaps to `path` between engine steps; in-flight loops continue."""
+    def push_weights(self, path: str, version: int, wait: bool = True) -> None:
+        """Every worker swaps to `path` between engine steps; in-flight loops continue.
+
+        The consumer's version (admission control, staleness) moves to `version` at once; each
+        turn records the version that actually generated it. wait=False returns without waiting
+        for the workers (the learner's next step overlaps the reload); a failed load surfaces
+        at the next `take`."""
         if version <= self._policy[1]:
             raise UserError(f"weights '{path}': version {version} is not newer than {self._policy[1]}")
         path = check_weights_ref(path)  # a bad reference fails here, not inside every worker
         refs = [w.load_weights.remote(path, version) for w in self.workers]
         with self._cond:
             self._policy = (path, version)  # restarted workers catch up from here
-        for ref in refs:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayActorError:
-                pass  # it restarts and loads this policy before its next group
-            except ray.exceptions.RayTaskError as e:
-                raise UserError(f"weights '{path}': a worker could not load them: {failure_reason(e)}") from None
-        with self._cond:
             self.sched.version = version
+            self._loads += [(ref, path) for ref in refs]
             self._cond.notify_all()
+        if wait:
+            for ref, _ in list(self._loads):
+                self._settle_load(ref, block=True)
+
+    def _settle_load(self, ref, block: bool) -> None:
+        if not block and not ray.wait([ref], timeout=0)[0]:
+            return
+        with self._cond:
+            entry = next((e for e in self._loads if e[0] == ref), None)
+            if entry is None:
+                return
+            self._loads.remove(entry)
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError:
+            pass  # it restarts and loads this policy before its next group
+        except ray.exceptions.RayTaskError as e:
+            raise UserError(f"weights '{entry[1]}': a worker could not load them: {failure_reason(e)}") from None
 
     @property
     def version(self) -> int:
         return self.sched.version
+
+    def drain_settled(self) -> list[str]:
+        """Group ids that left without delivery (filtered, stale, failed) since the last call."""
+        with self._cond:
+            out, self.sched.settled = self.sched.settled, []
+            return out
 
     def stats(self) -> dict:
         with self._cond:
@@ -191,6 +214,8 @@ class RolloutService:
             while not self._stop.is_set():
                 with self._cond:
                     self._dispatch()
+                for ref, _ in list(self._loads):
+                    self._settle_load(ref, block=False)
                 if not self._refs:
                     with self._cond:
                         self._cond.wait(0.05)

@@ -39,8 +39,18 @@ TRAIN_LR = "train/lr"
 TRAIN_GRAD_NORM = "train/grad_norm"
 TRAIN_TOKENS_PER_S = "train/tokens_per_s"
 TRAIN_WEIGHT_PUSH_S = "train/weight_push_s"
+TRAIN_RATIO_MEAN = "train/ratio_mean"
+TRAIN_NLL = "train/nll"  # SFT
+TRAIN_HELDOUT_LOSS = "train/heldout_loss"  # SFT: token-mean NLL on the held-back slice
+TRAIN_LOGPROB_MISMATCH = "train/logprob_mismatch"  # |engine - learner| logprob, same weights and tokens
+TRAIN_STEP_S = "train/step_s"
 TRAIN = (TRAIN_LOSS, TRAIN_KL, TRAIN_CLIP_LOW, TRAIN_CLIP_HIGH, TRAIN_LR, TRAIN_GRAD_NORM,
-         TRAIN_TOKENS_PER_S, TRAIN_WEIGHT_PUSH_S)
+         TRAIN_TOKENS_PER_S, TRAIN_WEIGHT_PUSH_S, TRAIN_RATIO_MEAN, TRAIN_NLL, TRAIN_HELDOUT_LOSS,
+         TRAIN_LOGPROB_MISMATCH, TRAIN_STEP_S)
+ROLLOUT_WAIT_S = "rollout/wait_s"  # the learner waiting for a batch
+# what `memagent train` logs each step
+LEARNER = TRAIN + ROLLOUT + (ROLLOUT_WAIT_S, "rollout/kept", "rollout/filtered", "rollout/stale",
+                             "rollout/delivered")
 
 # serve (batch jobs)
 SERVE_DOCUMENTS = "serve/documents"

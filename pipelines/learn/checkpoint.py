@@ -1,0 +1,79 @@
+"""Learner checkpoints: what a restart needs to continue as if nothing happened.
+
+One folder per checkpoint (Ray Train copies it into the run's storage, local or s3://):
+    learner.pt   trainable weights (LoRA adapters, or the unfrozen layers), optimizer, scheduler
+    state.json   step, policy version, data cursor, RNG states, the base model's fingerprint
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from pipelines.errors import UserError
+
+ARCH_KEYS = ("architectures", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "intermediate_size")
+
+
+def model_fingerprint(model_dir: str) -> str:
+    """What makes two models interchangeable for a checkpoint: architecture and shapes."""
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return hashlib.sha1(json.dumps({k: cfg.get(k) for k in ARCH_KEYS}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class LearnerState:
+    step: int = 0  # optimizer steps done
+    version: int = 0  # policy version published last
+    weights: str | None = None  # where that version lives
+    cursor: dict = field(default_factory=dict)
+    best_loss: float | None = None  # SFT: the best held-back loss so far
+    fingerprint: str = ""
+    rng: dict = field(default_factory=dict)
+
+
+def save(dest: Path, policy, state: LearnerState) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    trainable = {n: p.detach() for n, p in policy.model.named_parameters() if p.requires_grad}
+    torch.save({"model": trainable, "optim": policy.opt.state_dict(), "sched": policy.sched.state_dict()},
+               dest / "learner.pt")
+    v, ints, gauss = random.getstate()
+    state.rng = {"torch": torch.get_rng_state().tolist(), "python": [v, list(ints), gauss]}
+    (dest / "state.json").write_text(json.dumps(asdict(state)))
+    return dest
+
+
+def read_state(src: Path, fingerprint: str) -> LearnerState:
+    """The checkpoint's state; a corrupt one or one of another model is a one-line error."""
+    try:
+        state = LearnerState(**json.loads((src / "state.json").read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise UserError(f"checkpoint '{src}': unreadable ({e.__class__.__name__})") from None
+    if state.fingerprint != fingerprint:
+        raise UserError(f"checkpoint '{src}': of another model (fingerprint {state.fingerprint}, "
+                        f"this model's is {fingerprint})")
+    return state
+
+
+def load(src: Path, policy, fingerprint: str) -> LearnerState:
+    state = read_state(src, fingerprint)
+    try:
+        blob = torch.load(src / "learner.pt", map_location="cpu", weights_only=True)
+        missing = policy.model.load_state_dict(blob["model"], strict=False).unexpected_keys
+        if missing:
+            raise ValueError(f"unexpected keys {missing[:3]}")
+        policy.opt.load_state_dict(blob["optim"])
+        policy.sched.load_state_dict(blob["sched"])
+    except (OSError, RuntimeError, ValueError, KeyError, EOFError) as e:
+        raise UserError(f"checkpoint '{src}': corrupt or not this learner's ({str(e).splitlines()[0][:120]})") from None
+    if state.rng:
+        torch.set_rng_state(torch.tensor(state.rng["torch"], dtype=torch.uint8))
+        v, ints, gauss = state.rng["python"]
+        random.setstate((v, tuple(ints), gauss))
+    return state

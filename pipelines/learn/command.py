@@ -1,0 +1,115 @@
+"""`memagent train`: the learner with rollout workers (RL), or alone on memory traces (--sft).
+
+    memagent train --sft --steps 40 --out .memagent/train/sft agent.chunk_size=256 agent.memory_budget=64
+    memagent train --steps 20 --out .memagent/train/rl model.path=.memagent/train/sft/best
+    memagent train --resume --steps 40 --out .memagent/train/rl     # continues at step 21
+
+--steps N stops after optimizer step N counted from the run's start, so a resumed run
+continues to N. The last line is one JSON object: model, version, steps, checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.config import Config
+from pipelines.errors import UserError
+from pipelines.learn import runs
+from pipelines.learn.trainer import RunSpec
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    sft: bool = False
+    tasks: str | None = None
+    steps: int | None = None
+    max_minutes: float | None = None
+    out: str | None = None
+    resume: bool = False
+
+
+def main(cfg: Config, req: TrainRequest, tracker=None) -> dict:
+    from pipelines.learn.launch import fit
+    from pipelines.learn.sftdata import sft_datasets
+    from pipelines.models import config_model_dir
+    from pipelines.rollout.service import ensure_ray
+
+    steps = req.steps or cfg.learn.steps
+    if steps <= 0:
+        raise UserError(f"--steps {steps}: must be positive")
+    model_dir = str(config_model_dir(cfg).absolute())
+    out = runs.absolute(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
+    prior = runs.latest_state(out, model_dir)
+    if prior is not None and not req.resume:
+        raise UserError(f"out '{out}': holds a run at step {prior.step}; pass --resume, or another --out")
+    if prior is None and req.resume:
+        raise UserError(f"--resume: no checkpoint under '{out}'")
+    tasks = req.tasks or runs.build_train_split(cfg, out, model_dir)
+    runs.check_tasks(tasks, need_evidence=req.sft)
+    minutes = req.max_minutes or cfg.learn.max_minutes
+    run = RunSpec(out, model_dir, steps, time.time() + 60 * minutes if minutes else None, req.sft, tasks)
+    ensure_ray()
+    hub = None
+    if not req.sft:
+        from pipelines.rollout.hub import start_hub
+
+        hub = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
+                        prior.cursor if prior else None)
+        run = RunSpec(**{**run.__dict__, "hub": hub})
+    started = time.perf_counter()
+    try:
+        datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
+        result = fit(cfg, run, {}, datasets, lambda step, m: on_step(step, steps, m, tracker))
+    finally:
+        if hub is not None:
+            import ray
+
+            ray.get(hub.close.remote())
+            ray.kill(hub)
+    state = runs.latest_state(out, model_dir)
+    if state is None:
+        raise UserError(f"out '{out}': the run ended before its first checkpoint")
+    model = runs.final_model(out, state, req.sft)
+    return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
+            "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2)}
+
+
+SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss", "train/loss"),
+        ("heldout", "train/heldout_loss"), ("kl", "train/kl"), ("clip", "train/clip_high"),
+        ("resp", "rollout/response_tokens"), ("mem", "rollout/memory_tokens"), ("stale", "rollout/staleness"),
+        ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
+
+
+def on_step(step: int, steps: int, metrics: dict, tracker) -> None:
+    """One progress line on stderr per step; every metric to MLflow."""
+    shown = "  ".join(f"{label} {metrics[key]:.3g}" for label, key in SHOW if key in metrics)
+    print(f"step {step}/{steps}  {shown}", file=sys.stderr, flush=True)
+    if tracker is not None:
+        from pipelines.track.metrics import LEARNER
+
+        tracker.log_metrics({k: v for k, v in metrics.items() if k in LEARNER}, step=step)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--sft", action="store_true", help="warm start: fine-tune on programmatic memory traces")
+    p.add_argument("--tasks", help="task rows from `memagent data build` (default: a train split built on the fly)")
+    p.add_argument("--steps", type=int, help="stop after this optimizer step (default learn.steps)")
+    p.add_argument("--max-minutes", type=float, help="stop at the first step boundary after this many minutes")
+    p.add_argument("--out", help="run folder, local or s3:// (default HOME/train/sft or HOME/train/rl)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+
+def run(cfg: Config, args) -> None:
+    from pipelines.track.tracker import command_run, create_tracker
+
+    req = TrainRequest(args.sft, args.tasks, args.steps, args.max_minutes, args.out, args.resume)
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "train", tags={"dataset": args.tasks or "built", "base_model": cfg.model.path,
+                                                   "sft": req.sft}) as run_id:
+        out = main(cfg, req, tracker)
+        out["registered"] = runs.register(cfg, out, run_id)
+    print(json.dumps(out))

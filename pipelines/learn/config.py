@@ -1,0 +1,65 @@
+"""The `learn:` config section: optimizer, loss, packing, what is trained, checkpoints, pushes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipelines.typed import Strict
+
+
+class LoraConfig(Strict):
+    # Rank 8-32 with ~10x the full fine-tuning learning rate matches full RL ("LoRA without regret").
+    rank: int = Field(16, gt=0)
+    alpha: float = Field(32.0, gt=0)
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LearnConfig(Strict):
+    lr: float = Field(1e-6, gt=0)  # the paper's, for full fine-tuning of a 7B model
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    # Multi-Conv DAPO (MEMAGENT.md): decoupled clip bounds, k3 KL to a frozen reference when > 0.
+    eps_low: float = Field(0.2, ge=0)
+    eps_high: float = Field(0.28, ge=0)
+    kl_coef: float = Field(0.0, ge=0)
+    # token_mean: the paper's (long documents, more conversations, weigh more); rollout_mean:
+    # each rollout weighs the same whatever its number of chunks.
+    loss_agg: Literal["token_mean", "rollout_mean"] = "token_mean"
+    norm_std: bool = False  # Dr.GRPO: no division by the group's std
+    # Tokens one micro-batch packs (prompt + response of whole conversations, no padding).
+    token_budget: int = Field(8192, gt=0)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    # Cheaper steps: train only the top layers (freeze_layers lower decoder layers and the
+    # embeddings stay fixed), or LoRA adapters (merged into plain HF folders when saved).
+    freeze_layers: int = Field(0, ge=0)
+    lora: LoraConfig | None = None
+    # Ray Train workers (gloo on CPU, NCCL on GPU); gradients are summed over ranks after
+    # each rank's micro-batches (data parallel, as DDP).
+    num_workers: int = Field(1, gt=0)
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0)
+    # Optimizer steps of a run (`--steps` overrides); the wall-clock bound (`--max-minutes`).
+    steps: int = Field(100, gt=0)
+    max_minutes: float | None = Field(None, gt=0)
+    # Publish the policy every k steps; keep the last n versions on disk.
+    push_every: int = Field(1, gt=0)
+    keep_versions: int = Field(2, gt=0)
+    checkpoint_every: int = Field(1, gt=0)
+    max_failures: int = Field(2, ge=0)  # Ray Train restarts of a killed learner worker
+    # Held-out evaluation every N steps (0: never), on eval_n rows of the eval split.
+    eval_every: int = Field(0, ge=0)
+    eval_n: int = Field(32, gt=0)
+    # SFT warm start: passes over the traces, conversations per optimizer step, held-back share.
+    sft_epochs: int = Field(1, gt=0)
+    sft_batch: int = Field(16, gt=0)
+    sft_heldout: float = Field(0.05, gt=0, lt=1)
+    seed: int = 0
+    # Without --tasks: a train split built on the fly (documents inline) from these.
+    task: str = "niah_single"
+    task_tokens: int = Field(1024, ge=256)
+    task_n: int = Field(256, gt=0)
+    # The registered model's name in the MLflow registry (a new version per run).
+    registry_name: str = "memagent"

@@ -1,0 +1,93 @@
+"""Driver-side glue for one learner run: the TorchTrainer, its datasets, and a progress board.
+
+Ray Train runs the loop on its workers; the driver only builds the trainer, streams the SFT
+traces in as Ray Datasets, and follows the run through a small board actor that rank 0
+writes each step's metrics to (for the progress display and MLflow).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from pipelines.storage import resolve
+
+from pipelines.learn.trainer import RunSpec, train_loop
+
+
+class Board:
+    """Each step's metrics as rank 0 reports them, read by the driver."""
+
+    def __init__(self):
+        self.rows: list[tuple[int, dict]] = []
+
+    def put(self, step: int, metrics: dict) -> None:
+        self.rows.append((step, metrics))
+
+    def since(self, n: int) -> list[tuple[int, dict]]:
+        return self.rows[n:]
+
+
+def data_config(lc):
+    """Ray Data's budget for the SFT traces: by default it excludes the learner's CPUs from the
+    cluster, which on a small machine leaves it none (the read never starts); the trace map is
+    light next to a training step, so it may use a share of the learner's CPU. Order is kept,
+    so a resumed run skips exactly the batches it had trained on."""
+    from ray.data import ExecutionOptions, ExecutionResources
+    from ray.train import DataConfig
+
+    return DataConfig(execution_options=ExecutionOptions(
+        exclude_resources=ExecutionResources.zero(), preserve_order=True))
+
+
+def storage_of(out: str) -> tuple[str, Any]:
+    """(storage_path, filesystem) for RunConfig: S3 through the project's endpoint settings."""
+    from pipelines.storage import is_s3, s3_filesystem
+
+    if is_s3(out):
+        return out[len("s3://"):], s3_filesystem()
+    return out, None
+
+
+def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callable[[int, dict], None]):
+    """Run the TorchTrainer to its end; on_step(step, metrics) for every step as it lands."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    board = ray.remote(Board).options(num_cpus=0).remote()
+    run = RunSpec(**{**run.__dict__, "board": board})
+    path, fs = storage_of(run.out)
+    lc = cfg.learn
+    trainer = TorchTrainer(
+        train_loop, train_loop_config={"cfg": cfg, "run": run, "cursor": cursor},
+        scaling_config=ScalingConfig(num_workers=lc.num_workers, use_gpu=lc.use_gpu,
+                                     resources_per_worker={"CPU": lc.cpus_per_worker}),
+        run_config=RunConfig(storage_path=path, storage_filesystem=fs, name="learner",
+                             failure_config=FailureConfig(max_failures=lc.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets=datasets, dataset_config=data_config(lc) if datasets else None)
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
+    thread.start()
+    seen = 0
+    while thread.is_alive() or seen < len(ray.get(board.since.remote(0))):
+        for step, metrics in ray.get(board.since.remote(seen)):
+            on_step(step, metrics)
+            seen += 1
+        thread.join(timeout=1.0)
+    result = box.get("result")
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _fit(trainer) -> Any:
+    try:
+        return trainer.fit()
+    except BaseException as e:  # noqa: BLE001 - re-raised in the driver's thread
+        return e

@@ -1,0 +1,111 @@
+"""A training run's folder: its checkpoints (Ray Train's), its task rows, its final model.
+
+    OUT/learner/checkpoint_*/   Ray Train checkpoints (state.json + learner.pt)
+    OUT/tasks/                  the train split, when built on the fly
+    OUT/weights/vN/             published policies (the last few)
+    OUT/best/ (SFT), OUT/final/ (RL)   the run's model, a plain HF folder
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from pipelines.errors import UserError
+from pipelines.learn.checkpoint import LearnerState, model_fingerprint, read_state
+from pipelines.storage import exists, is_s3, resolve
+
+
+def absolute(uri: str) -> str:
+    return uri if is_s3(uri) or "://" in uri else str(Path(uri).expanduser().absolute())
+
+
+def _read_text(uri: str) -> str | None:
+    fs, path = resolve(uri)
+    try:
+        with fs.open_input_stream(path) as f:
+            return f.read().decode()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def latest_state(out: str, model_dir: str) -> LearnerState | None:
+    """The state of the run's newest checkpoint, None if it has none; another model's or a
+    corrupt one is a one-line error naming it."""
+    snapshot = _read_text(f"{out}/learner/checkpoint_manager_snapshot.json")
+    if snapshot is None:
+        return None
+    try:
+        name = json.loads(snapshot)["latest_checkpoint_result"]["checkpoint_dir_name"]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"checkpoint '{out}/learner': its index is corrupt") from None
+    text = _read_text(f"{out}/learner/{name}/state.json")
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "state.json").write_text(text if text is not None else "")
+        try:
+            return read_state(Path(d), model_fingerprint(model_dir))
+        except UserError as e:
+            raise UserError(str(e).replace(d, f"{out}/learner/{name}")) from None
+
+
+def build_train_split(cfg, out: str, model_dir: str) -> str:
+    """The config's train split (learn.task at learn.task_tokens, documents inline) as task rows."""
+    from transformers import AutoTokenizer
+
+    from pipelines.ingest.builders.build import BuildRequest, inline_rows
+    from pipelines.ingest.tasks import write_task_rows
+
+    uri = f"{out}/tasks"
+    if exists(uri):
+        return uri
+    lc = cfg.learn
+    backend = AutoTokenizer.from_pretrained(model_dir).backend_tokenizer
+    req = BuildRequest(task=lc.task, lengths=str(lc.task_tokens), n=lc.task_n, out=uri, store="", seed=lc.seed,
+                       split="train")
+    count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    write_task_rows(inline_rows(req, lc.task_tokens, count), uri)
+    return uri
+
+
+def check_tasks(uri: str, need_evidence: bool) -> None:
+    """Fail before anything starts: no rows, a row without answers, (SFT) a row without evidence."""
+    from pipelines.ingest.tasks import read_task_rows, require_evidence
+
+    first = next(read_task_rows(uri), None)
+    if first is None:
+        raise UserError(f"task rows '{uri}': no rows")
+    for row in read_task_rows(uri):
+        if not row.answers or not any(a.strip() for a in row.answers):
+            raise UserError(f"task row '{row.sample_id}': no answers (in '{uri}')")
+        if need_evidence:
+            require_evidence(row)
+
+
+def final_model(out: str, state: LearnerState, sft: bool) -> str:
+    """SFT: the best held-back checkpoint (OUT/best); RL: the last policy, copied to OUT/final."""
+    if sft:
+        best = f"{out}/best"
+        if not exists(f"{best}/config.json"):
+            raise UserError(f"out '{out}': no best model (was there a held-back slice?)")
+        return best
+    if not state.weights:
+        raise UserError(f"out '{out}': no policy was published")
+    from pipelines.storage import download_prefix, publish_dir
+
+    with tempfile.TemporaryDirectory() as d:
+        local = download_prefix(state.weights, Path(d) / "w") if is_s3(state.weights) else Path(state.weights)
+        return publish_dir(local, f"{out}/final")
+
+
+def register(cfg, out: dict, run_id: str | None) -> str | None:
+    """The run's model as a new registered version, tagged with its run and data (lineage)."""
+    if not cfg.track.enabled:
+        return None
+    from pipelines.models import config_model_dir
+    from pipelines.track.registry import register_model
+
+    local = config_model_dir(cfg, out["model"])
+    tags = {"train_run": run_id or "", "tasks": out["tasks"], "steps": str(out["steps"]),
+            "base_model": cfg.model.path}
+    return register_model(local, cfg.learn.registry_name, cfg.home_path, cfg.track, tags=tags)

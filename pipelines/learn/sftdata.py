@@ -1,0 +1,106 @@
+"""SFT data: task rows -> the scripted memory-trace conversations (pipelines.learn.traces).
+
+The train conversations stream to the learner as a Ray Dataset (`datasets={"train": ...}`,
+read by each worker through `get_dataset_shard`); a fixed held-back slice of the rows (by
+hash of sample_id) is left out of it and scored by rank 0 to keep the best checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from pipelines.learn.packing import TrainSeq
+from pipelines.storage import resolve
+
+
+class TraceRows:
+    """Task rows (an arrow batch) -> their SFT conversations, one row each (Ray Data map_batches)."""
+
+    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, keep_heldout: bool = False):
+        """Rows whose sample_id falls in the held-back slice (`heldout` of them, by hash) are kept
+        only when keep_heldout; the others only when not."""
+        from transformers import AutoTokenizer
+
+        from pipelines.agent.codec import ChatCodec
+        from pipelines.agent.factory import limits_of
+        from pipelines.agent.templates import get_templates
+
+        self.codec = ChatCodec(AutoTokenizer.from_pretrained(model_dir))
+        self.templates, self.limits, self.chunk = get_templates(agent.template), limits_of(agent), agent.chunk_size
+        self.heldout, self.keep_heldout = heldout, keep_heldout
+        self.store = None
+        if store_uri:
+            from pipelines.ingest.store import ChunkStore
+
+            self.store = ChunkStore(store_uri)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from pipelines.ingest.tasks import TaskRow
+        from pipelines.learn.traces import iter_traces
+
+        rows = [TaskRow(**r) for r in batch.to_pylist()
+                if held_back(r["sample_id"], self.heldout) == self.keep_heldout]
+        out = [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk)
+               for rec in t.records()]
+        return pa.Table.from_pylist(out, schema=TRACE_SCHEMA)
+
+
+TRACE_SCHEMA = pa.schema([("sample_id", pa.string()), ("turn", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
+                          ("response_ids", pa.list_(pa.int32())), ("is_final", pa.bool_())])
+
+
+def held_back(sample_id: str, fraction: float) -> bool:
+    """A fixed slice of the train rows by hash of sample_id: the SFT's held-back loss set."""
+    return int(hashlib.sha1(sample_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+
+
+def sft_datasets(tasks: str, model_dir: str, cfg) -> dict[str, Any]:
+    """The train conversations as a Ray Dataset, streamed from the task rows (the held-back
+    slice is left out; the learner's rank 0 builds that small slice itself)."""
+    from pipelines.rollout.core import store_uri
+
+    fs, path = resolve(tasks)
+    rows = ray.data.read_parquet(path, filesystem=fs, num_cpus=0.25)
+    # A task map with a per-process cache, not an actor pool: beside a Ray Train worker on a
+    # small machine, Ray Data gave the read no budget while an actor pool held its share.
+    return {"train": rows.map_batches(
+        trace_batch, fn_kwargs={"model_dir": model_dir, "agent": cfg.agent, "store": store_uri(cfg),
+                                "heldout": cfg.learn.sft_heldout},
+        batch_format="pyarrow", batch_size=16, num_cpus=0.25)}
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer(model_dir: str, agent, store: str | None, heldout: float) -> TraceRows:
+    return TraceRows(model_dir, agent, store, heldout)
+
+
+def trace_batch(batch: pa.Table, model_dir: str, agent, store: str | None, heldout: float) -> pa.Table:
+    return _tracer(model_dir, agent, store, heldout)(batch)
+
+
+def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
+    """The held-back slice's conversations (small: built in one process)."""
+    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.rollout.core import store_uri
+
+    rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
+    if not rows:
+        return []
+    fn = TraceRows(model_dir, cfg.agent, store_uri(cfg), cfg.learn.sft_heldout, keep_heldout=True)
+    table = fn(pa.Table.from_pylist([_record(r) for r in rows]))
+    return [seq_of(r) for r in table.to_pylist()]
+
+
+def _record(row) -> dict:
+    from dataclasses import asdict
+
+    return asdict(row)
+
+
+def seq_of(row: dict) -> TrainSeq:
+    return TrainSeq(list(map(int, row["prompt_ids"])), list(map(int, row["response_ids"])), None, 1.0, 0)

@@ -1,0 +1,173 @@
+"""The learner on Ray Train: each TorchTrainer worker runs `train_loop` (gloo on CPU, NCCL on GPU).
+
+RL: rank 0 takes each step's complete groups from the rollout hub (an actor, reached over
+Ray, not through the driver) and shares them with the other ranks, so ranks stay in step;
+each rank computes its share of the conversations with the whole batch's loss weights, and
+summed gradients give the full-batch step. After the step, rank 0 publishes the policy
+(OUT/weights/vN) and hands it to the hub without waiting for the workers to load it.
+SFT: the traces stream in as a Ray Dataset shard (Ray Data feeding Ray Train).
+
+Restarts are Ray Train's: a checkpoint (pipelines.learn.checkpoint) goes with every report
+that carries one, `FailureConfig` restarts a killed worker, which resumes from it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from pipelines.learn import checkpoint as ckpt
+from pipelines.learn.batch import rl_batch
+from pipelines.learn.policy import Policy
+from pipelines.learn.sftdata import heldout_seqs, seq_of
+from pipelines.learn.weights import FolderPublisher, save_hf_folder
+from pipelines.rollout.metrics import MetricsTally
+from pipelines.storage import publish_dir
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    out: str  # the run's folder (local absolute or s3://)
+    model_dir: str  # the base model, a local folder on every learner node
+    steps: int  # stop after this optimizer step (counted from the run's start)
+    deadline: float | None  # wall-clock bound (time.time())
+    sft: bool
+    tasks: str = ""  # task rows (SFT: the held-back slice is read from them)
+    board: Any = None  # the driver's progress board (an actor)
+    hub: Any = None  # RL: the rollout hub (an actor)
+
+
+def train_loop(config: dict) -> None:
+    from ray import train
+
+    cfg, run = config["cfg"], config["run"]
+    ctx = train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    torch.manual_seed(cfg.learn.seed + rank)
+    policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
+                    sync=grad_sync(world, summed=not run.sft) if world > 1 else None)
+    fingerprint = ckpt.model_fingerprint(run.model_dir)
+    state = ckpt.LearnerState(fingerprint=fingerprint, cursor=config.get("cursor") or {})
+    restored = train.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as d:
+            state = ckpt.load(Path(d), policy, fingerprint)
+    (sft_loop if run.sft else rl_loop)(cfg, run, policy, state, rank, world)
+
+
+def grad_sync(world: int, summed: bool):
+    """Sum (RL: each rank's loss already carries whole-batch weights) or average (SFT) gradients."""
+    import torch.distributed as dist
+
+    def sync(model: torch.nn.Module) -> None:
+        for p in model.parameters():
+            if p.requires_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+                if not summed:
+                    p.grad /= world
+    return sync
+
+
+def share(obj: Any, world: int) -> Any:
+    """Rank 0's object on every rank."""
+    if world == 1:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def out_of_time(run: RunSpec) -> bool:
+    return run.deadline is not None and time.time() > run.deadline
+
+
+def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
+    publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions) if rank == 0 else None
+    while state.step < run.steps and not share(out_of_time(run), world):
+        step, t0 = state.step + 1, time.perf_counter()
+        groups = share(ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step)) if rank == 0 else None, world)
+        if not groups:
+            break
+        wait_s = time.perf_counter() - t0
+        batch, fresh = rl_batch(groups, state.version, cfg.learn.norm_std)
+        m = policy.step(batch, list(range(rank, len(batch), world)), fresh=fresh)
+        metrics = {**learner_metrics(m), **MetricsTally().add(groups, state.version).metrics(),
+                   "rollout/wait_s": wait_s}
+        state.step = step
+        if step % cfg.learn.push_every == 0 or step == run.steps:
+            state.version = step
+            if rank == 0:
+                start = time.perf_counter()
+                state.weights = publisher.publish(policy.model, step)
+                run.hub.push.remote(state.weights, step)
+                metrics["train/weight_push_s"] = time.perf_counter() - start
+        if rank == 0:
+            state.cursor = ray.get(run.hub.cursor_for.remote(step))
+            metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
+                            if k in ("filtered", "stale", "kept", "delivered")})
+        report(cfg, run, policy, state, metrics, rank)
+
+
+def learner_metrics(m: dict[str, float]) -> dict[str, float]:
+    out = {f"train/{k}": v for k, v in m.items() if k not in ("tokens", "step_s")}
+    out["train/tokens_per_s"] = m["tokens"] / max(m["step_s"], 1e-9)
+    out["train/step_s"] = m["step_s"]
+    return out
+
+
+def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics: dict, rank: int,
+           force_checkpoint: bool = False) -> None:
+    """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the end)."""
+    from ray import train
+    from ray.train import Checkpoint
+
+    metrics = {**metrics, "step": state.step, "version": state.version}
+    save = force_checkpoint or state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
+    if rank == 0 and run.board is not None:
+        run.board.put.remote(state.step, metrics)
+    if save and rank == 0:
+        with tempfile.TemporaryDirectory(prefix="memagent-ckpt-") as d:
+            ckpt.save(Path(d), policy, state)
+            train.report(metrics, checkpoint=Checkpoint.from_directory(d))
+        if run.hub is not None:
+            run.hub.ack.remote(state.step)
+    else:
+        train.report(metrics)
+
+
+def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
+    """Fine-tune on the trace conversations; keep the best held-back loss as OUT/best."""
+    from ray import train
+
+    heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 else []
+    done = state.cursor.get("batches", 0)  # batches of the run consumed before a restart
+    shard, seen = train.get_dataset_shard("train"), 0
+    for epoch in range(cfg.learn.sft_epochs):
+        for rows in shard.iter_batches(batch_size=cfg.learn.sft_batch, batch_format="pandas"):
+            seen += 1
+            if seen <= done:
+                continue
+            if state.step >= run.steps or share(out_of_time(run), world):
+                return
+            batch = [seq_of(r) for r in rows.to_dict("records")]
+            m = policy.step(batch, sft=True)
+            state.step, state.cursor = state.step + 1, {"batches": seen, "epoch": epoch}
+            metrics = learner_metrics(m)
+            if rank == 0 and heldout:
+                metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
+                if state.best_loss is None or loss < state.best_loss:
+                    state.best_loss = loss
+                    with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
+                        publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best"), f"{run.out}/best")
+            report(cfg, run, policy, state, metrics, rank)
+

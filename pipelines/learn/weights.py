@@ -1,0 +1,55 @@
+"""Publishing policy versions: plain HF folders at OUT/weights/vN, the last k kept.
+
+The rollout side only ever sees a folder reference and a version number, so the transport
+stays behind one small interface (`Publisher.publish`); a GPU build can replace the folder
+with vLLM's NCCL weight transfer later without touching the learner loop.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Protocol
+
+from torch import nn
+
+from pipelines.learn.lora import merged_state_dict
+from pipelines.storage import list_dirs, publish_dir, remove_tree
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt", "chat_template.jinja", "generation_config.json")
+
+
+class Publisher(Protocol):
+    def publish(self, model: nn.Module, version: int) -> str: ...
+
+
+def save_hf_folder(model: nn.Module, base_dir: str, dest: Path) -> Path:
+    """The model (LoRA merged) as a plain HF folder with the base model's tokenizer files."""
+    model.save_pretrained(dest, state_dict=merged_state_dict(model), safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (Path(base_dir) / name).is_file():
+            shutil.copy(Path(base_dir) / name, dest / name)
+    return dest
+
+
+class FolderPublisher:
+    def __init__(self, out: str, base_dir: str, keep: int):
+        self.root, self.base_dir, self.keep = f"{out.rstrip('/')}/weights", base_dir, keep
+        self.last_write_s = 0.0
+
+    def publish(self, model: nn.Module, version: int) -> str:
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="memagent-weights-") as tmp:
+            uri = publish_dir(save_hf_folder(model, self.base_dir, Path(tmp) / "w"), f"{self.root}/v{version}")
+        self.last_write_s = time.perf_counter() - start
+        self._prune(version)
+        return uri
+
+    def _prune(self, version: int) -> None:
+        old = [d for d in list_dirs(self.root) if d.startswith("v") and d[1:].isdigit()
+               and int(d[1:]) <= version - self.keep]
+        for d in old:
+            remove_tree(f"{self.root}/{d}")

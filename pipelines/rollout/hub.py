@@ -1,0 +1,112 @@
+"""The rollout service as a Ray actor, so the learner's rank 0 reaches it over Ray.
+
+    hub = start_hub(cfg, tasks_uri, version, weights, cursor)
+    groups = ray.get(hub.take.remote(n, step))      # the batch of optimizer step `step`
+    hub.push.remote(uri, version)                   # returns at once; workers swap between steps
+    state = ray.get(hub.cursor_for.remote(step))    # the data cursor to checkpoint with step
+    hub.ack.remote(step)                            # that checkpoint is safe
+
+Exactly-once data: a batch handed out for step s stays pending until the learner confirms its
+checkpoint (ack). A learner restarted from step s-1's checkpoint asks for step s again and
+gets the same groups; a run resumed from disk skips every row the checkpoint's cursor used.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from pipelines.rollout.cursor import Cursor
+from pipelines.rollout.trajectory import Group
+
+
+class RolloutHub:
+    def __init__(self, cfg: Any, tasks: str, version: int = 0, weights: str | None = None,
+                 cursor: dict | None = None):
+        """tasks: task rows (parquet, local or s3://), read pass after pass."""
+        from pipelines.rollout.service import RolloutService
+
+        self.cursor = Cursor.from_dict(cursor)
+        self._tasks = tasks
+        self._index: dict[int, int] = {}  # scheduler sequence number -> stream index
+        self._pending: dict[int, list[Group]] = {}  # step -> its batch, until acked
+        self._lock = threading.Lock()
+        self.service = RolloutService(cfg, self._rows(), version, weights).start()
+
+    def _rows(self) -> Iterator[Any]:
+        """The source's rows, pass after pass, less those the cursor has used up."""
+        from pipelines.ingest.tasks import read_task_rows
+
+        seq, stream = 0, itertools.chain.from_iterable(read_task_rows(self._tasks) for _ in itertools.count())
+        for index, row in enumerate(stream):
+            if self.cursor.skip(index):
+                continue
+            seq += 1
+            self._index[seq] = index
+            yield row
+
+    def take(self, n: int, step: int, timeout: float | None = None) -> list[Group]:
+        with self._lock:
+            if step in self._pending:
+                return self._pending[step]
+        groups = self.service.take(n, timeout)
+        with self._lock:
+            self._pending[step] = groups
+        return groups
+
+    def push(self, uri: str, version: int) -> bool:
+        """Hand a published policy to the workers without waiting; False if not newer (a restarted
+        learner re-publishing a version the workers already have)."""
+        if version <= self.service.version:
+            return False
+        self.service.push_weights(uri, version, wait=False)
+        return True
+
+    def cursor_for(self, step: int) -> dict:
+        """The cursor as of the end of `step`: every settled row, and the batches up to `step`."""
+        with self._lock:
+            self._settle()
+            c = Cursor(self.cursor.start, set(self.cursor.done))
+            for s, groups in self._pending.items():
+                if s <= step:
+                    for g in groups:
+                        c.mark(self._stream_index(g.group_id))
+            return c.to_dict()
+
+    def ack(self, step: int) -> None:
+        with self._lock:
+            for s in [s for s in self._pending if s <= step]:
+                for g in self._pending.pop(s):
+                    self.cursor.mark(self._stream_index(g.group_id, pop=True))
+
+    def _settle(self) -> None:
+        for group_id in self.service.drain_settled():
+            self.cursor.mark(self._stream_index(group_id, pop=True))
+
+    def _stream_index(self, group_id: str, pop: bool = False) -> int:
+        seq = int(group_id.rsplit("#", 1)[1])
+        return self._index.pop(seq) if pop else self._index[seq]
+
+    def stats(self) -> dict:
+        return self.service.stats()
+
+    def version(self) -> int:
+        return self.service.version
+
+    def worker_info(self) -> list[dict]:
+        return self.service.worker_info()
+
+    def close(self) -> None:
+        self.service.close()
+
+
+def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None):
+    """The hub actor (no CPU of its own: its workers hold the engines' CPUs)."""
+    actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8)
+    hub = actor.remote(cfg, tasks, version, weights, cursor)
+    ray.get(hub.version.remote())  # surfaces a start failure here, as one error
+    return hub
