@@ -48,7 +48,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None) -> dict:
         raise UserError(f"out '{out}': holds a run at step {prior.step}; pass --resume, or another --out")
     if prior is None and req.resume:
         raise UserError(f"--resume: no checkpoint under '{out}'")
-    tasks = req.tasks or runs.build_train_split(cfg, out, model_dir)
+    tasks = req.tasks or runs.build_split(cfg, out, model_dir)
     runs.check_tasks(tasks, need_evidence=req.sft)
     minutes = req.max_minutes or cfg.learn.max_minutes
     run = RunSpec(out, model_dir, steps, time.time() + 60 * minutes if minutes else None, req.sft, tasks)
@@ -59,7 +59,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None) -> dict:
 
         hub = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
                         prior.cursor if prior else None)
-        run = RunSpec(**{**run.__dict__, "hub": hub})
+        evals = runs.build_split(cfg, out, model_dir, "eval") if cfg.learn.eval_every else ""
+        run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
     started = time.perf_counter()
     try:
         datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
@@ -84,14 +85,21 @@ SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss",
         ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
 
 
+def shown_evals(metrics: dict) -> str:
+    return "  ".join(f"{k.removeprefix('eval/').removesuffix('/sub_em')} {v:.3f}" for k, v in metrics.items()
+                     if k.startswith("eval/") and k.endswith("/sub_em"))
+
+
 def on_step(step: int, steps: int, metrics: dict, tracker) -> None:
     """One progress line on stderr per step; every metric to MLflow."""
     shown = "  ".join(f"{label} {metrics[key]:.3g}" for label, key in SHOW if key in metrics)
+    if evals := shown_evals(metrics):
+        shown += f"  | held-out sub_em: {evals}"
     print(f"step {step}/{steps}  {shown}", file=sys.stderr, flush=True)
     if tracker is not None:
         from pipelines.track.metrics import LEARNER
 
-        tracker.log_metrics({k: v for k, v in metrics.items() if k in LEARNER}, step=step)
+        tracker.log_metrics({k: v for k, v in metrics.items() if k in LEARNER or k.startswith("eval/")}, step=step)
 
 
 def add_arguments(p) -> None:

@@ -49,20 +49,22 @@ def latest_state(out: str, model_dir: str) -> LearnerState | None:
             raise UserError(str(e).replace(d, f"{out}/learner/{name}")) from None
 
 
-def build_train_split(cfg, out: str, model_dir: str) -> str:
-    """The config's train split (learn.task at learn.task_tokens, documents inline) as task rows."""
+def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
+    """A split of learn.task at learn.task_tokens (documents inline) as task rows in OUT: the
+    train split (learn.task_n rows), or the held-out eval split (learn.eval_n rows; the
+    builders keep train and eval questions and keys apart)."""
     from transformers import AutoTokenizer
 
     from pipelines.ingest.builders.build import BuildRequest, inline_rows
     from pipelines.ingest.tasks import write_task_rows
 
-    uri = f"{out}/tasks"
+    uri = f"{out}/tasks" if split == "train" else f"{out}/{split}_tasks"
     if exists(uri):
         return uri
     lc = cfg.learn
     backend = AutoTokenizer.from_pretrained(model_dir).backend_tokenizer
-    req = BuildRequest(task=lc.task, lengths=str(lc.task_tokens), n=lc.task_n, out=uri, store="", seed=lc.seed,
-                       split="train")
+    n = lc.task_n if split == "train" else lc.eval_n
+    req = BuildRequest(task=lc.task, lengths=str(lc.task_tokens), n=n, out=uri, store="", seed=lc.seed, split=split)
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
     write_task_rows(inline_rows(req, lc.task_tokens, count), uri)
     return uri

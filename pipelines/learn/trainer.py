@@ -39,6 +39,7 @@ class RunSpec:
     deadline: float | None  # wall-clock bound (time.time())
     sft: bool
     tasks: str = ""  # task rows (SFT: the held-back slice is read from them)
+    eval_tasks: str = ""  # held-out rows scored every learn.eval_every steps (RL)
     board: Any = None  # the driver's progress board (an actor)
     hub: Any = None  # RL: the rollout hub (an actor)
 
@@ -112,10 +113,23 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
                 run.hub.push.remote(state.weights, step)
                 metrics["train/weight_push_s"] = time.perf_counter() - start
         if rank == 0:
+            if run.eval_tasks and cfg.learn.eval_every and step % cfg.learn.eval_every == 0:
+                run.hub.evaluate.remote(step, run.eval_tasks, cfg.learn.eval_n)
+            metrics.update(evaluation_metrics(ray.get(run.hub.evaluations.remote())))
             state.cursor = ray.get(run.hub.cursor_for.remote(step))
             metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
                             if k in ("filtered", "stale", "kept", "delivered")})
         report(cfg, run, policy, state, metrics, rank)
+
+
+def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, float]:
+    """eval/{task}/sub_em of the held-out evaluations finished since the last step
+    (each names the policy version it scored; the newest wins if several landed)."""
+    out: dict[str, float] = {}
+    for _, version, scores, n in done:
+        out.update({f"eval/{key}/sub_em": v for key, v in scores.items()})
+        out.update({"eval/version": float(version), "eval/n": float(n)})
+    return out
 
 
 def learner_metrics(m: dict[str, float]) -> dict[str, float]:

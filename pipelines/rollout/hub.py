@@ -35,6 +35,7 @@ class RolloutHub:
         self._index: dict[int, int] = {}  # scheduler sequence number -> stream index
         self._pending: dict[int, list[Group]] = {}  # step -> its batch, until acked
         self._lock = threading.Lock()
+        self._evals: list[tuple[int, int, dict, int]] = []
         self.service = RolloutService(cfg, self._rows(), version, weights).start()
 
     def _rows(self) -> Iterator[Any]:
@@ -90,6 +91,38 @@ class RolloutHub:
     def _stream_index(self, group_id: str, pop: bool = False) -> int:
         seq = int(group_id.rsplit("#", 1)[1])
         return self._index.pop(seq) if pop else self._index[seq]
+
+    def evaluate(self, step: int, tasks: str, n: int) -> None:
+        """Score the current policy on `n` held-out rows, greedy, on the same workers, without
+        holding up training; the result is collected with `evaluations`."""
+        threading.Thread(target=self._evaluate, args=(step, tasks, n), name=f"eval-{step}", daemon=True).start()
+
+    def _evaluate(self, step: int, tasks: str, n: int) -> None:
+        from pipelines.ingest.tasks import read_task_rows
+        from pipelines.rollout.core import RolloutSpec
+        from pipelines.rollout.service import run_groups
+
+        a = self.service.cfg.agent
+        spec = RolloutSpec(a.temperature, a.top_p, seed=a.seed)
+        version, scores = self.service.version, {}
+        try:
+            rows = list(itertools.islice(read_task_rows(tasks), n))  # n is small: a fixed held-out set
+            task_of = {r.sample_id: r.task for r in rows}
+            for item in run_groups(self.service.cfg, rows, spec, workers=self.service.workers):
+                for t in getattr(item, "trajectories", []):
+                    scores.setdefault(task_of[t.sample_id], []).append(t.accuracy)
+        except Exception as e:  # noqa: BLE001 - an evaluation failure must not stop training
+            scores = {"error": [0.0]}
+            print(f"evaluation at step {step} failed: {e}", flush=True)
+        with self._lock:
+            self._evals.append((step, version, {k: sum(v) / len(v) for k, v in scores.items()},
+                                sum(map(len, scores.values()))))
+
+    def evaluations(self) -> list[tuple[int, int, dict, int]]:
+        """Finished evaluations since the last call: (step, policy version, sub_em by task, n)."""
+        with self._lock:
+            out, self._evals = self._evals, []
+            return out
 
     def stats(self) -> dict:
         return self.service.stats()
