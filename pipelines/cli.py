@@ -24,7 +24,7 @@ from pipelines.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("pipelines.quickstart", "import the model, answer over a generated long document"),
     "ask": ("pipelines.ask", "answer a question over one document (local path or s3://)"),
-    "model": ("pipelines.models", "the local model store (import built-in models)"),
+    "model": ("pipelines.models.command", "model store and registry (import built-ins, register a version)"),
     "serve": ("pipelines.serve.app", "serve the agent over HTTP (Ray Serve): answers, batch jobs, OpenAI chat"),
     "batch": ("pipelines.serve.batch", "run a batch QA job (on a running server, or start one here)"),
     "eval": ("pipelines.eval.ladder", "accuracy against document length: memory agent vs baselines"),

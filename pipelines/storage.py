@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +20,19 @@ import pyarrow.fs as pafs
 from pipelines.errors import UserError
 
 BLOCK = 1 << 20
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
 def is_s3(uri: str) -> bool:
     return str(uri).startswith("s3://")
+
+
+def absolute_uri(uri: str) -> str:
+    """The same URI for a process with another working directory (Ray actors, replicas): a
+    local path expanded and made absolute; anything with a scheme (s3://, file://, models:/)
+    unchanged."""
+    uri = str(uri)
+    return uri if _SCHEME.match(uri) else str(Path(uri).expanduser().absolute())
 
 
 def s3_filesystem(endpoint_url: str | None = None, region: str | None = None) -> pafs.S3FileSystem:

@@ -91,7 +91,7 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     from pipelines.rollout.worker import close_workers, start_workers
 
     rcfg = rollout_config(cfg)
-    path = config_model_dir(cfg).absolute()
+    path = config_model_dir(cfg)
     own_ray = workers is None and not ray.is_initialized()
     bar = tqdm(total=len(todo) * cfg.eval.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
     pool = list(workers or [])

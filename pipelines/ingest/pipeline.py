@@ -22,7 +22,7 @@ from pipelines.ingest.manifest import REFUSED, Manifest, ManifestView, ObjectEnt
 from pipelines.ingest.sources import SourceObject, list_sources
 from pipelines.ingest.store import chunk_path, index_path
 from pipelines.ingest.worker import ObjectIngester, ObjectResult
-from pipelines.storage import is_s3, resolve
+from pipelines.storage import absolute_uri, is_s3, resolve
 
 
 @dataclass
@@ -172,7 +172,7 @@ def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_re
 def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Path) -> IngestSummary:
     """Ingest every object of `source` not yet in `store` at its current version."""
     objects, not_matching = list_sources(source, cfg.patterns)
-    store = store if is_s3(store) else str(Path(store).expanduser().absolute())  # actors have another cwd
+    store = absolute_uri(store)  # actors have another cwd
     fs, root = resolve(store)
     manifest = Manifest(fs, root)
     view = manifest.load()

@@ -105,7 +105,7 @@ def register(cfg, out: dict, run_id: str | None) -> str | None:
     if not cfg.track.enabled:
         return None
     from pipelines.models import config_model_dir
-    from pipelines.track.registry import register_model
+    from pipelines.models.registry import register_model
 
     local = config_model_dir(cfg, out["model"])
     tags = {"train_run": run_id or "", "tasks": out["tasks"], "steps": str(out["steps"]),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pipelines.agent import AgentConfig, Loop, Method, make_loop
@@ -22,6 +21,7 @@ from pipelines.ingest.tasks import score, task_chunks
 from pipelines.rollout.rewards import compute_reward, load_reward
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
+from pipelines.storage import absolute_uri
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,7 @@ class RolloutSpec:
 def store_uri(cfg: Any) -> str | None:
     """rollout.store, else ingest.store; a relative local path made absolute here (the driver)."""
     uri = cfg.rollout.store or getattr(getattr(cfg, "ingest", None), "store", None)
-    if not uri or "://" in uri:
-        return uri
-    return str(Path(uri).expanduser().absolute())
+    return absolute_uri(uri) if uri else uri
 
 
 def open_store(cfg: Any) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,11 +22,10 @@ import ray
 
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.models import check_model_dir, config_model_dir
+from pipelines.models import check_remote_ref, config_model_dir
 from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
-from pipelines.storage import exists, is_s3
 from pipelines.rollout.worker import close_workers, start_workers
 
 
@@ -52,18 +50,6 @@ class Quarantined:
 
     sample_id: str
     reason: str
-
-
-def check_weights_ref(path: str) -> str:
-    """A local folder (made absolute: workers may run elsewhere), an s3:// prefix holding a model
-    folder, or a models:/ reference; workers fetch remote ones into their own cache."""
-    if path.startswith("models:/"):
-        return path
-    if is_s3(path):
-        if not exists(path.rstrip("/") + "/config.json"):
-            raise UserError(f"weights '{path}': no config.json under this prefix")
-        return path
-    return str(check_model_dir(Path(path), path).absolute())
 
 
 def failure_reason(err: BaseException) -> str:
@@ -95,7 +81,7 @@ class RolloutService:
     def start(self) -> RolloutService:
         ensure_ray()
         if self._own:
-            model_dir = str(config_model_dir(self.cfg).absolute())
+            model_dir = str(config_model_dir(self.cfg))
             self.workers = start_workers(self.cfg, model_dir, self._policy[1], self._policy[0])
         ray.get([w.ready.remote(*self._policy) for w in self.workers])
         self._thread = threading.Thread(target=self._pump, name="rollout-pump", daemon=True)
@@ -152,7 +138,7 @@ class RolloutService:
         at the next `take`."""
         if version <= self._policy[1]:
             raise UserError(f"weights '{path}': version {version} is not newer than {self._policy[1]}")
-        path = check_weights_ref(path)  # a bad reference fails here, not inside every worker
+        path = check_remote_ref(path)  # a bad reference fails here, not inside every worker
         refs = [w.load_weights.remote(path, version) for w in self.workers]
         with self._cond:
             self._policy = (path, version)  # restarted workers catch up from here

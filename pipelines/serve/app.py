@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from pipelines.config import Config
 from pipelines.errors import UserError
+from pipelines.models import absolute_ref, config_model_dir
 from pipelines.serve.config import LOOPBACK
-from pipelines.storage import is_s3
+from pipelines.storage import absolute_uri, is_s3
 
 FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                  "AWS_REGION", "AWS_DEFAULT_REGION", "MEMAGENT_HOME", "VLLM_LOGGING_LEVEL",
@@ -41,13 +41,6 @@ def check_binding(host: str, token: str | None, token_env: str) -> None:
                         f"(set {token_env})")
 
 
-def absolute_ref(ref: str | None) -> str | None:
-    """Replicas run in other folders: a local path is made absolute here."""
-    if ref and "://" not in ref and ":/" not in ref and Path(ref).expanduser().exists():
-        return str(Path(ref).expanduser().resolve())
-    return ref
-
-
 def allowed(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(local roots, s3 prefixes) requests may name; defaults: the chunk store and HOME/jobs."""
     s = cfg.serve
@@ -58,18 +51,16 @@ def allowed(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
     prefixes = s.allowed_s3_prefixes
     if prefixes is None:
         prefixes = [store] if is_s3(store) else []
-    return tuple(str(Path(p.removeprefix("file://")).expanduser().absolute()) for p in paths), tuple(prefixes)
+    return tuple(absolute_uri(p.removeprefix("file://")) for p in paths), tuple(prefixes)
 
 
 def preflight(cfg: Config, model: str | None) -> None:
     """Bad model or store references fail here, in one line, not in restarting replicas."""
-    from pipelines.models import config_model_dir
-
-    config_model_dir(cfg, absolute_ref(model or cfg.model.path))
+    config_model_dir(cfg, model or cfg.model.path)
     if cfg.serve.store:
         from pipelines.ingest.store import ChunkStore
 
-        ChunkStore(absolute_ref(cfg.serve.store))
+        ChunkStore(cfg.serve.store)
 
 
 def build_app(cfg: Config, model: str | None = None):
@@ -79,7 +70,7 @@ def build_app(cfg: Config, model: str | None = None):
 
     s = cfg.serve
     paths, prefixes = allowed(cfg)
-    serve_cfg = s.model_copy(update={"store": absolute_ref(s.store), "allowed_paths": paths,
+    serve_cfg = s.model_copy(update={"store": s.store and absolute_uri(s.store), "allowed_paths": paths,
                                      "allowed_s3_prefixes": prefixes})
     from pipelines.track.tracker import default_tracking_uri
 

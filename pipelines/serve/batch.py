@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from pipelines.config import Config
 from pipelines.errors import UserError
+from pipelines.storage import absolute_uri
 
 TERMINAL = ("done", "failed", "cancelled")
-
-
-def absolute(uri: str) -> str:
-    return uri if "://" in uri else str(Path(uri).expanduser().absolute())
 
 
 class Client:
@@ -75,7 +71,7 @@ def follow(client: Client, job_id: str, poll_s: float = 1.0) -> dict:
 
 
 def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> dict:
-    input_uri, output_uri = absolute(input_uri), absolute(output_uri)
+    input_uri, output_uri = absolute_uri(input_uri), absolute_uri(output_uri)
     token = os.environ.get(cfg.serve.token_env) or None
     if server:
         return run_job(Client(server, token), input_uri, output_uri)

@@ -20,7 +20,7 @@ from pipelines.models import resolve_model
 from pipelines.eval.ladder import main as eval_main
 from pipelines.track import NullTracker, command_run, create_tracker
 from pipelines.track import metrics as M
-from pipelines.track.registry import register_model
+from pipelines.models.registry import register_model
 from tests.conftest import run_cli
 from tests.eval.needles import ladder_overrides, needle_row
 

@@ -10,32 +10,14 @@ Fetched versions are cached under HOME/cache/registry (a version never changes).
 from __future__ import annotations
 
 import json
-import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import UserError
+from pipelines.models.refs import RegistryRef, parse_registry_ref
 from pipelines.track.config import TrackConfig
 from pipelines.track.redact import env_secrets, redact
 from pipelines.track.tracker import MlflowTracker, default_tracking_uri, git_commit, prepare_environment
-
-_REF = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+|latest)|@(?P<alias>[\w.-]+))$")
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    name: str
-    version: str | None  # a number or "latest"
-    alias: str | None
-
-
-def parse_models_uri(ref: str) -> ModelRef:
-    """models:/NAME/VERSION | models:/NAME/latest | models:/NAME@ALIAS, else a one-line error."""
-    m = _REF.match(ref.strip())
-    if not m:
-        raise UserError(f"model '{ref}': expected models:/NAME/VERSION, models:/NAME/latest or models:/NAME@ALIAS")
-    return ModelRef(m.group("name"), m.group("version"), m.group("alias"))
 
 
 def _client(uri: str):
@@ -49,7 +31,7 @@ def _fail(ref: str, uri: str, err: Exception) -> UserError:
     return UserError(redact(f"model '{ref}': {first} (tracking at {uri})", env_secrets()))
 
 
-def resolve_version(client, ref: ModelRef) -> str:
+def resolve_version(client, ref: RegistryRef) -> str:
     if ref.alias:
         return str(client.get_model_version_by_alias(ref.name, ref.alias).version)
     if ref.version == "latest":
@@ -62,7 +44,7 @@ def resolve_version(client, ref: ModelRef) -> str:
 
 def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
     """A local HF folder for a registered model version (downloaded once, then cached)."""
-    parsed = parse_models_uri(ref)
+    parsed = parse_registry_ref(ref)
     prepare_environment(TrackConfig())
     uri = uri or default_tracking_uri(home)
     client = _client(uri)
@@ -141,23 +123,3 @@ def read_metrics_file(path: str) -> dict[str, float]:
         raise UserError(f"metrics '{path}': expected a JSON object of numbers (or one under 'metrics')")
     return {k: float(v) for k, v in data.items()}
 
-
-def add_register_parser(sub):
-    """`memagent model register`: the sub-parser, added by pipelines.models."""
-    reg = sub.add_parser("register", help="log a model folder and register it as a new version in MLflow")
-    reg.add_argument("--model", required=True, help="model reference (store name, folder, s3://)")
-    reg.add_argument("--name", required=True, help="registered model name")
-    reg.add_argument("--metrics", help="JSON of eval metrics to attach (e.g. an eval's summary.json)")
-    reg.add_argument("--alias", help="alias to point at the new version, e.g. champion")
-    return reg
-
-
-def run_register(cfg, args) -> str:
-    from pipelines.models import resolve_model
-
-    folder = resolve_model(args.model, cfg.home_path)
-    metrics = read_metrics_file(args.metrics) if args.metrics else None
-    ref = register_model(folder, args.name, cfg.home_path, cfg.track, metrics, args.alias,
-                         tags={"model": args.model})
-    print(f"registered {args.model} -> {ref}" + (f" (alias {args.alias})" if args.alias else ""))
-    return ref
