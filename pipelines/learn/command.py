@@ -32,7 +32,8 @@ class TrainRequest:
     resume: bool = False
 
 
-def main(cfg: Config, req: TrainRequest, tracker=None) -> dict:
+def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
+    """watch(step, metrics): called for every step as it lands, beside the progress line."""
     from pipelines.learn.launch import fit
     from pipelines.learn.sftdata import sft_datasets
     from pipelines.models import config_model_dir
@@ -64,7 +65,12 @@ def main(cfg: Config, req: TrainRequest, tracker=None) -> dict:
     started = time.perf_counter()
     try:
         datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
-        result = fit(cfg, run, {}, datasets, lambda step, m: on_step(step, steps, m, tracker))
+        def step_done(step: int, m: dict) -> None:
+            on_step(step, steps, m, tracker)
+            if watch is not None:
+                watch(step, m)
+
+        result = fit(cfg, run, {}, datasets, step_done)
     finally:
         if hub is not None:
             import ray

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 from pathlib import Path
@@ -50,12 +51,13 @@ def latest_state(out: str, model_dir: str) -> LearnerState | None:
 
 
 def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
-    """A split of learn.task at learn.task_tokens (documents inline) as task rows in OUT: the
-    train split (learn.task_n rows), or the held-out eval split (learn.eval_n rows; the
-    builders keep train and eval questions and keys apart)."""
+    """A split of learn.task at learn.task_lengths (documents inline) as task rows in OUT: the
+    train split (learn.task_n rows per length), or the held-out eval split (learn.eval_n per
+    length; the builders keep train and eval questions and keys apart). Lengths interleave."""
     from transformers import AutoTokenizer
 
     from pipelines.ingest.builders.build import BuildRequest, inline_rows
+    from pipelines.ingest.builders.common import parse_lengths
     from pipelines.ingest.tasks import write_task_rows
 
     uri = f"{out}/tasks" if split == "train" else f"{out}/{split}_tasks"
@@ -63,10 +65,11 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
         return uri
     lc = cfg.learn
     backend = AutoTokenizer.from_pretrained(model_dir).backend_tokenizer
-    n = lc.task_n if split == "train" else lc.eval_n
-    req = BuildRequest(task=lc.task, lengths=str(lc.task_tokens), n=n, out=uri, store="", seed=lc.seed, split=split)
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
-    write_task_rows(inline_rows(req, lc.task_tokens, count), uri)
+    n = lc.task_n if split == "train" else lc.eval_n
+    streams = [inline_rows(BuildRequest(task=lc.task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
+                                        split=split), t, count) for t in parse_lengths(lc.task_lengths)]
+    write_task_rows((row for rows in itertools.zip_longest(*streams) for row in rows if row is not None), uri)
     return uri
 
 

@@ -13,6 +13,7 @@ that carries one, `FailureConfig` restarts a killed worker, which resumes from i
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ def train_loop(config: dict) -> None:
     ctx = train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(cfg.learn.seed + rank)
+    torch.set_num_threads(max(1, math.ceil(cfg.learn.cpus_per_worker)))  # the learner's cores, not the machine's
     policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
                     sync=grad_sync(world, summed=not run.sft) if world > 1 else None)
     fingerprint = ckpt.model_fingerprint(run.model_dir)
@@ -145,7 +147,7 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
     from ray import train
     from ray.train import Checkpoint
 
-    metrics = {**metrics, "step": state.step, "version": state.version}
+    metrics = {**metrics, "step": state.step, "version": state.version, "time": time.time()}
     save = force_checkpoint or state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
     if rank == 0 and run.board is not None:
         run.board.put.remote(state.step, metrics)
@@ -160,28 +162,40 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
 
 
 def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
-    """Fine-tune on the trace conversations; keep the best held-back loss as OUT/best."""
+    """Fine-tune on the trace conversations. At every checkpoint (and at the end) rank 0 scores
+    the held-back slice and keeps the best model so far as OUT/best."""
     from ray import train
 
     heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 else []
     done = state.cursor.get("batches", 0)  # batches of the run consumed before a restart
-    shard, seen = train.get_dataset_shard("train"), 0
+    shard, seen, metrics = train.get_dataset_shard("train"), 0, None
     for epoch in range(cfg.learn.sft_epochs):
         for rows in shard.iter_batches(batch_size=cfg.learn.sft_batch, batch_format="pandas"):
             seen += 1
             if seen <= done:
                 continue
             if state.step >= run.steps or share(out_of_time(run), world):
-                return
-            batch = [seq_of(r) for r in rows.to_dict("records")]
-            m = policy.step(batch, sft=True)
+                break
+            m = policy.step([seq_of(r) for r in rows.to_dict("records")], sft=True)
             state.step, state.cursor = state.step + 1, {"batches": seen, "epoch": epoch}
             metrics = learner_metrics(m)
-            if rank == 0 and heldout:
-                metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
-                if state.best_loss is None or loss < state.best_loss:
-                    state.best_loss = loss
-                    with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
-                        publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best"), f"{run.out}/best")
+            due = state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
+            if due and rank == 0:
+                keep_best(run, policy, state, heldout, metrics)
             report(cfg, run, policy, state, metrics, rank)
+            metrics = None if due else metrics
+    if metrics is not None:  # the data ran out (or the clock) between checkpoints
+        if rank == 0:
+            keep_best(run, policy, state, heldout, metrics)
+        report(cfg, run, policy, state, metrics, rank, force_checkpoint=True)
+
+
+def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict) -> None:
+    if not heldout:
+        return
+    metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
+    if state.best_loss is None or loss < state.best_loss:
+        state.best_loss = loss
+        with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
+            publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best"), f"{run.out}/best")
 

@@ -1,0 +1,108 @@
+"""Asynchronous RL against synchronous RL on the same workload: steps per hour.
+
+Both runs are `memagent train` with one rollout worker and one learner on disjoint cores
+(one each here; a cluster gives them separate GPUs). Synchronous is admission control at
+staleness 0: a batch is generated only once the policy that will train on it is published
+(generate, train, push, repeat). Ours is staleness 1: rollout continues while the learner
+trains. With G and T the generation and training seconds of one step, measured alone in the
+synchronous run (the learner's wait for a batch, and its step plus push), overlap can give at
+most (G+T)/max(G,T).
+
+    .venv/bin/python benchmarks/pipeline.py            # SmolLM2-135M on vLLM, needle rows of 2-4 chunks
+    .venv/bin/python benchmarks/pipeline.py --quick    # a tiny random model on the transformers engine
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import finish  # noqa: E402
+
+COMMON = ["rollout.workers=1", "rollout.worker_num_cpus=1", "learn.cpus_per_worker=1", "learn.checkpoint_every=1000",
+          "rollout.reward=benchmarks.pipeline:varied_reward", "track.enabled=false", "learn.task=niah_single"]
+FULL = ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32", "learn.task_lengths=512,1024",
+        "learn.task_n=64", "rollout.group_size=4", "rollout.batch_groups=2", "learn.freeze_layers=20",
+        "learn.lr=1e-5", "learn.token_budget=4096", "engine.max_num_seqs=16", "rollout.loops_per_worker=16"]
+QUICK = ["agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=8", "learn.task_lengths=256",
+         "learn.task_n=32", "rollout.group_size=2", "rollout.batch_groups=2", "engine.kind=hf", "learn.lr=1e-3",
+         "rollout.loops_per_worker=4"]
+
+
+def varied_reward(response: str, answers: list[str]) -> float:
+    """Mixed rewards in every group (a base model answers nothing), so no batch is filtered away
+    and both runs train on the same number of groups per step."""
+    return (len(response) % 5) / 4.0
+
+
+def run(overrides: list[str], steps: int, staleness: int) -> list[dict]:
+    import ray
+
+    from pipelines.config import load_config
+    from pipelines.learn.command import TrainRequest, main
+
+    cfg = load_config(None, [*overrides, f"rollout.max_staleness={staleness}"])
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as out:
+        main(cfg, TrainRequest(steps=steps, out=out), watch=lambda step, m: rows.append(m))
+    ray.shutdown()
+    return rows
+
+
+def per_step(rows: list[dict], skip: int) -> float:
+    """Median seconds between consecutive steps, after the first `skip` (start-up, warm-up)."""
+    times = [r["time"] for r in rows][skip:]
+    return statistics.median(b - a for a, b in zip(times, times[1:]))
+
+
+def main_() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--steps", type=int)
+    p.add_argument("overrides", nargs="*")
+    args = p.parse_args()
+    overrides = COMMON + (QUICK if args.quick else FULL) + args.overrides
+    if args.quick and not any(o.startswith("model.path=") for o in overrides):
+        overrides.append(f"model.path={tiny_model()}")
+    steps = args.steps or (8 if args.quick else 12)
+    skip = 2
+    sync = run(overrides, steps, 0)
+    ours = run(overrides, steps, 1)
+    g = statistics.median(r["rollout/wait_s"] for r in sync[skip:])
+    t = statistics.median(r["train/step_s"] + r.get("train/weight_push_s", 0.0) for r in sync[skip:])
+    ideal = (g + t) / max(g, t)
+    s_sync, s_ours = per_step(sync, skip), per_step(ours, skip)
+    speedup = s_sync / s_ours
+    stale = statistics.mean(r["rollout/staleness"] for r in ours[skip:])
+    print(f"G {g:.1f} s, T {t:.1f} s per step (measured alone, synchronous run); ideal {ideal:.2f}x", file=sys.stderr)
+    print(f"synchronous {s_sync:.1f} s/step ({3600 / s_sync:.0f} steps/h), ours {s_ours:.1f} s/step "
+          f"({3600 / s_ours:.0f} steps/h): {speedup:.2f}x = {speedup / ideal:.2f} of ideal; staleness {stale:.2f}",
+          file=sys.stderr)
+    finish({"async_over_sync": round(speedup, 3), "ideal": round(ideal, 3), "of_ideal": round(speedup / ideal, 3),
+            "staleness_mean": round(stale, 3), "G_s": round(g, 2), "T_s": round(t, 2)})
+
+
+def tiny_model() -> str:
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from pipelines.config import load_config
+    from pipelines.models import config_model_dir
+    from tests.conftest import make_tiny_llama
+
+    out = Path(tempfile.gettempdir()) / "memagent-bench-tiny"
+    if not (out / "config.json").exists():
+        tok = AutoTokenizer.from_pretrained(config_model_dir(load_config()))
+        make_tiny_llama(out, tok, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=8192)
+    return str(out)
+
+
+if __name__ == "__main__":
+    main_()
