@@ -40,6 +40,7 @@ class HFEngine:
             out = self.model.generate(
                 torch.tensor([prompt]), max_new_tokens=s.max_tokens, do_sample=sample,
                 temperature=s.temperature if sample else None, top_p=s.top_p if sample else None,
+                top_k=0 if sample else None,  # transformers' default top_k=50 is not the distribution we mean
                 output_scores=True, return_dict_in_generate=True,
                 pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
         ids = out.sequences[0, len(prompt):].tolist()
