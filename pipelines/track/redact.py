@@ -37,9 +37,12 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of environment variables whose names look secret (AWS keys, tokens, passwords).
 
     Key *ids* (AWS_ACCESS_KEY_ID) are identifiers, often short words that also name buckets:
-    replacing them everywhere would mangle URIs. Real AWS key ids are caught by their pattern."""
+    replacing them everywhere would mangle URIs. Real AWS key ids are caught by their pattern.
+    Modes are settings, not secrets: ray.init sets RAY_AUTH_MODE=token, and masking its value
+    turned every "token" in an error message into ***."""
     environ = os.environ if environ is None else environ
-    return [v for k, v in environ.items() if SECRET_NAME.search(k) and not k.upper().endswith("_ID") and v]
+    return [v for k, v in environ.items()
+            if SECRET_NAME.search(k) and not k.upper().endswith(("_ID", "_MODE")) and v]
 
 
 def redact_params(params: Mapping[str, object], secrets: Iterable[str] = ()) -> dict[str, str]:

@@ -32,7 +32,7 @@ def test_aws_access_key_id_and_known_values():
 
 def test_env_secrets_picks_secret_looking_names():
     env = {"AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_ACCESS_KEY_ID": "kid1", "MLFLOW_TRACKING_TOKEN": "tok1",
-           "HOME": "/root", "AWS_REGION": "us-east-1", "EMPTY_TOKEN": ""}
+           "HOME": "/root", "AWS_REGION": "us-east-1", "EMPTY_TOKEN": "", "RAY_AUTH_MODE": "token"}
     assert sorted(env_secrets(env)) == ["s3cr3t", "tok1"]  # key ids: by pattern (AKIA...)
 
 
