@@ -15,9 +15,10 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from pipelines.errors import UserError
 from pipelines.storage import resolve
 
-from pipelines.learn.trainer import RunSpec, train_loop
+from pipelines.learn.trainer import RunSpec, train_loop, user_error
 
 
 class Board:
@@ -25,12 +26,16 @@ class Board:
 
     def __init__(self):
         self.rows: list[tuple[int, dict]] = []
+        self.error: str | None = None  # a learner worker's bad-input message
 
     def put(self, step: int, metrics: dict) -> None:
         self.rows.append((step, metrics))
 
-    def since(self, n: int) -> list[tuple[int, dict]]:
-        return self.rows[n:]
+    def fail(self, message: str) -> None:
+        self.error = self.error or message
+
+    def since(self, n: int) -> tuple[list[tuple[int, dict]], str | None]:
+        return self.rows[n:], self.error
 
 
 def data_config(lc):
@@ -75,14 +80,20 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
     thread.start()
     seen = 0
-    while thread.is_alive() or seen < len(ray.get(board.since.remote(0))):
-        for step, metrics in ray.get(board.since.remote(seen)):
+    while True:
+        done = not thread.is_alive()  # before the read, so the read sees every row
+        rows, error = ray.get(board.since.remote(seen))
+        for step, metrics in rows:
             on_step(step, metrics)
             seen += 1
+        if error is not None:  # bad input: Ray Train would only retry it; the run ends here
+            raise UserError(error)
+        if done:
+            break
         thread.join(timeout=1.0)
     result = box.get("result")
     if isinstance(result, BaseException):
-        raise result
+        raise user_error(result) or result
     return result
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import ray
 import torch
 
+from pipelines.errors import UserError
 from pipelines.learn import checkpoint as ckpt
 from pipelines.learn.batch import rl_batch
 from pipelines.learn.policy import Policy
@@ -46,13 +47,38 @@ class RunSpec:
 
 
 def train_loop(config: dict) -> None:
+    cfg, run = config["cfg"], config["run"]
+    try:
+        _train_loop(config, cfg, run)
+    except Exception as e:
+        # Bad input is not a crash: the driver ends the run with its one line (no restarts).
+        if run.board is not None and (err := user_error(e)) is not None:
+            ray.get(run.board.fail.remote(str(err)))
+        raise
+
+
+def user_error(e: BaseException | None) -> UserError | None:
+    """The UserError under Ray's wrappers (task errors, Ray Train's worker failures), if any."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, UserError) and not isinstance(e, ray.exceptions.RayError):
+            return e
+        failures = getattr(e, "worker_failures", None)
+        if failures:
+            found = [u for u in map(user_error, failures.values()) if u is not None]
+            return found[0] if found else None
+        e = getattr(e, "cause", None) or getattr(e, "_base_exc", None) or e.__cause__ or e.__context__
+    return None
+
+
+def _train_loop(config: dict, cfg, run: RunSpec) -> None:
     from ray import train
 
-    cfg, run = config["cfg"], config["run"]
     ctx = train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(cfg.learn.seed + rank)
-    torch.set_num_threads(max(1, math.ceil(cfg.learn.cpus_per_worker)))  # the learner's cores, not the machine's
+    torch.set_num_threads(cfg.learn.threads or max(1, math.ceil(cfg.learn.cpus_per_worker)))
     policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
                     sync=grad_sync(world, summed=not run.sft) if world > 1 else None)
     fingerprint = ckpt.model_fingerprint(run.model_dir)
