@@ -122,6 +122,7 @@ def out_of_time(run: RunSpec) -> bool:
 
 def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
     publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions) if rank == 0 else None
+    pinned = state.version  # the latest checkpoint's policy: a resumed run restarts the workers on it
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()
         groups = share(ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step)) if rank == 0 else None, world)
@@ -137,7 +138,7 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
             state.version = step
             if rank == 0:
                 start = time.perf_counter()
-                state.weights = publisher.publish(policy.model, step)
+                state.weights = publisher.publish(policy.model, step, pinned)
                 run.hub.push.remote(state.weights, step)
                 metrics["train/weight_push_s"] = time.perf_counter() - start
         if rank == 0:
@@ -147,7 +148,8 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
             state.cursor = ray.get(run.hub.cursor_for.remote(step))
             metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
                             if k in ("filtered", "stale", "kept", "delivered")})
-        report(cfg, run, policy, state, metrics, rank)
+        if report(cfg, run, policy, state, metrics, rank):
+            pinned = state.version
 
 
 def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, float]:
@@ -168,8 +170,9 @@ def learner_metrics(m: dict[str, float]) -> dict[str, float]:
 
 
 def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics: dict, rank: int,
-           force_checkpoint: bool = False) -> None:
-    """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the end)."""
+           force_checkpoint: bool = False) -> bool:
+    """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the
+    end). Whether this step was checkpointed."""
     from ray import train
     from ray.train import Checkpoint
 
@@ -185,6 +188,7 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
             run.hub.ack.remote(state.step)
     else:
         train.report(metrics)
+    return save
 
 
 def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
