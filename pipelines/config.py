@@ -79,16 +79,35 @@ def apply_override(tree: dict, keys: list[str], value: Any) -> None:
     node[keys[-1]] = value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    path = Path(path) if path else DEFAULT_CONFIG
+def read_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config as a dict; `base: other.yaml` (relative to this file) is read first and
+    this file's keys are merged over it, so a preset states only what it changes."""
     if not path.is_file():
         raise UserError(f"config '{path}': no such file")
+    if path.resolve() in seen:
+        raise UserError(f"config '{path}': its base chain loops")
     try:
         tree = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise UserError(f"config '{path}': not valid YAML ({e.__class__.__name__})")
     if not isinstance(tree, dict):
         raise UserError(f"config '{path}': top level must be a mapping")
+    base = tree.pop("base", None)
+    if base is None:
+        return tree
+    return merge(read_tree(path.parent / str(base), (*seen, path.resolve())), tree)
+
+
+def merge(under: dict, over: dict) -> dict:
+    out = dict(under)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    path = Path(path) if path else DEFAULT_CONFIG
+    tree = read_tree(path)
     for item in overrides:
         apply_override(tree, *parse_override(item))
     return validate(tree, str(path))

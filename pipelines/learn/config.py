@@ -41,6 +41,10 @@ class LearnConfig(Strict):
     num_workers: int = Field(1, gt=0)
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0)
+    # torch threads per learner worker; None: its CPUs, rounded up. More threads than CPUs is
+    # how a 2-core machine trains on both cores while Ray Data keeps a CPU for the SFT traces
+    # (Ray Data gets no budget when the learner reserves more than all but one CPU).
+    threads: int | None = Field(None, gt=0)
     # Optimizer steps of a run (`--steps` overrides); the wall-clock bound (`--max-minutes`).
     steps: int = Field(100, gt=0)
     max_minutes: float | None = Field(None, gt=0)

@@ -1,6 +1,6 @@
 import pytest
 
-from pipelines.config import load_config
+from pipelines.config import REPO_ROOT as REPO, load_config
 from pipelines.errors import UserError
 
 
@@ -26,3 +26,19 @@ def test_bad_config_is_one_named_line(override, needle):
 def test_missing_config_file(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_config(tmp_path / "none.yaml")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
+def test_every_preset_loads_and_validates(name):
+    cfg = load_config(REPO / "configs" / name)
+    assert cfg.agent.memory_budget > 0 and cfg.learn.steps > 0
+
+
+def test_a_preset_states_only_what_it_changes(tmp_path):
+    (tmp_path / "base.yaml").write_text("agent:\n  chunk_size: 300\n  memory_budget: 40\nlearn:\n  lr: 0.1\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nagent:\n  memory_budget: 50\n")
+    cfg = load_config(tmp_path / "child.yaml", ["learn.lr=0.2"])
+    assert (cfg.agent.chunk_size, cfg.agent.memory_budget, cfg.learn.lr) == (300, 50, 0.2)
+    (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
+    with pytest.raises(UserError, match="loops"):
+        load_config(tmp_path / "loop.yaml")
