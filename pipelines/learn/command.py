@@ -62,11 +62,12 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
                         prior.cursor if prior else None)
         evals = runs.build_split(cfg, out, model_dir, "eval") if cfg.learn.eval_every else ""
         run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
-    started = time.perf_counter()
+    started, last = time.perf_counter(), {}
     try:
         datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
         def step_done(step: int, m: dict) -> None:
             on_step(step, steps, m, tracker)
+            last.update({k: v for k, v in m.items() if k.startswith("eval/") or k == "train/heldout_loss"})
             if watch is not None:
                 watch(step, m)
 
@@ -82,7 +83,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
         raise UserError(f"out '{out}': the run ended before its first checkpoint")
     model = runs.final_model(out, state, req.sft)
     return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
-            "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2)}
+            "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2), "metrics": last}
 
 
 SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss", "train/loss"),

@@ -63,7 +63,7 @@ class LearnConfig(Strict):
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.
     task: str = "niah_single"
-    task_lengths: str = "1K"  # document lengths, e.g. "512,768,1024" (K = 1024 tokens)
+    task_lengths: str | int = "1K"  # document lengths, e.g. "512,768,1024" (K = 1024 tokens)
     task_n: int = Field(256, gt=0)  # rows per length
     # The registered model's name in the MLflow registry (a new version per run).
     registry_name: str = "memagent"

@@ -68,7 +68,7 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
     n = lc.task_n if split == "train" else lc.eval_n
     streams = [inline_rows(BuildRequest(task=lc.task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
-                                        split=split), t, count) for t in parse_lengths(lc.task_lengths)]
+                                        split=split), t, count) for t in parse_lengths(str(lc.task_lengths))]
     write_task_rows((row for rows in itertools.zip_longest(*streams) for row in rows if row is not None), uri)
     return uri
 
@@ -113,4 +113,5 @@ def register(cfg, out: dict, run_id: str | None) -> str | None:
     local = config_model_dir(cfg, out["model"])
     tags = {"train_run": run_id or "", "tasks": out["tasks"], "steps": str(out["steps"]),
             "base_model": cfg.model.path}
-    return register_model(local, cfg.learn.registry_name, cfg.home_path, cfg.track, tags=tags)
+    return register_model(local, cfg.learn.registry_name, cfg.home_path, cfg.track, metrics=out.get("metrics"),
+                          tags=tags, run_id=run_id)

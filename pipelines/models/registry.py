@@ -72,8 +72,10 @@ def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
 
 def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
                    metrics: dict[str, float] | None = None, alias: str | None = None,
-                   tags: dict[str, str] | None = None) -> str:
-    """Log the folder as a run's artifact, register it as a new version; returns models:/NAME/V."""
+                   tags: dict[str, str] | None = None, run_id: str | None = None) -> str:
+    """Log the folder as a run's artifact, register it as a new version; returns models:/NAME/V.
+    run_id: the run that produced the model (a training run, left open): the version's lineage
+    then goes version -> that run -> its inputs; None: a run of its own."""
     prepare_environment(track)
     uri = default_tracking_uri(home, track)
     artifacts = track.artifact_location
@@ -82,16 +84,22 @@ def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
     tracker = MlflowTracker(uri, track.experiment, artifacts, home / "tracking-spool")
     client = tracker.client
     try:
-        run = client.create_run(tracker.experiment_id(), run_name=f"register-{name}",
-                                tags={"command": "model register", "git_commit": git_commit() or "",
-                                      **(tags or {})})
-        run_id = run.info.run_id
+        own = run_id is None
+        if own:
+            run_id = client.create_run(tracker.experiment_id(), run_name=f"register-{name}",
+                                       tags={"command": "model register", "git_commit": git_commit() or "",
+                                             **(tags or {})}).info.run_id
+        else:
+            for k, v in (tags or {}).items():
+                client.set_tag(run_id, k, v)
+        run = client.get_run(run_id)
         client.log_artifacts(run_id, str(model_dir), "model")
         if metrics:
             from mlflow.entities import Metric
 
             client.log_batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()])
-        client.set_terminated(run_id)
+        if own:
+            client.set_terminated(run_id)
         _ensure_registered(client, name)
         mv = client.create_model_version(name, f"{run.info.artifact_uri}/model", run_id=run_id,
                                          tags={k: str(v) for k, v in (metrics or {}).items()})
