@@ -17,9 +17,8 @@ import time
 
 from pipelines.config import Config
 from pipelines.errors import UserError
+from pipelines.serve.jobstore import JobStatus
 from pipelines.storage import absolute_uri
-
-TERMINAL = ("done", "failed", "cancelled")
 
 
 class Client:
@@ -63,7 +62,7 @@ def follow(client: Client, job_id: str, poll_s: float = 1.0) -> dict:
             bar.n = st["done"]
             bar.set_postfix(errors=st["errors"], docs_s=st["documents_per_s"], tok_s=st["tokens_per_s"])
             bar.refresh()
-            if st["status"] in TERMINAL:
+            if JobStatus(st["status"]).terminal:
                 return st
             time.sleep(poll_s)
     finally:

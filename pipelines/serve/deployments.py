@@ -7,8 +7,10 @@ import os
 
 from ray import serve
 
+from pipelines.serve.jobs import OutputRow
 from pipelines.serve.manager import JobManager
 from pipelines.serve.replica import AgentCore, ReplicaSettings
+from pipelines.serve.schema import Reply
 
 
 @serve.deployment(name="Agent")
@@ -17,16 +19,16 @@ class Agent:
         # The engine is built on the replica's event loop, where its requests will run.
         self.core = AgentCore.create(settings)
 
-    async def answer(self, req: dict) -> dict:
+    async def answer(self, req: dict) -> Reply:
         return await self.core.answer(req)
 
-    async def answer_row(self, row: dict) -> dict:
+    async def answer_row(self, row: dict) -> OutputRow:
         return await self.core.answer_row(row)
 
-    async def chat(self, body: dict) -> dict:
+    async def chat(self, body: dict) -> Reply:
         return await self.core.chat(body)
 
-    async def resolve(self, model: str) -> dict:
+    async def resolve(self, model: str) -> Reply:
         return await self.core.resolve(model)
 
     async def reload(self, model: str, version: int) -> dict:
@@ -46,17 +48,17 @@ class Jobs:
         self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings)
         self._resume = asyncio.get_running_loop().create_task(self.manager.resume_all())
 
-    async def submit(self, input_uri: str, output_uri: str) -> dict:
+    async def submit(self, input_uri: str, output_uri: str) -> Reply:
         return await self.manager.submit(input_uri, output_uri)
 
-    async def status(self, job_id: str) -> dict:
+    async def status(self, job_id: str) -> Reply:
         return await self.manager.status(job_id)
 
-    async def cancel(self, job_id: str) -> dict:
+    async def cancel(self, job_id: str) -> Reply:
         return await self.manager.cancel(job_id)
 
     def info(self) -> dict:
-        return {"pid": os.getpid(), "jobs": len(self.manager.jobs)}
+        return {"pid": os.getpid(), "jobs": len(self.manager.store.live)}
 
     async def __del__(self):
         await self.manager.close()

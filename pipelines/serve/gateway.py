@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
-from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, ServeError, parse_body
+from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, Reply, ServeError, parse_body
 
 app = FastAPI(title="memagent serve", version="1",
               description="MemAgent memory agents: answers over documents of any length, batch QA jobs, "
@@ -79,7 +79,7 @@ class Gateway:
             self._auth(request, admin)
             body = parse_body(await read_limited(request, self.s.max_request_bytes), model,
                               self.s.max_request_bytes) if model else None
-            out, status = await work(body)
+            reply = await work(body)
         except ServeError as e:
             headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
             return error_response(str(e), e.status, headers)
@@ -87,14 +87,14 @@ class Gateway:
             return error_response("overloaded: too many requests in flight; retry later", 503, retry)
         except RayActorError as e:
             return error_response(f"replica unavailable ({e.__class__.__name__}); retry later", 503, retry)
-        if isinstance(out, dict) and "error" in out and "status" in out:
-            return error_response(out["error"], out["status"])
-        return JSONResponse(out, status)
+        if reply.error is not None:
+            return error_response(reply.error, reply.status)
+        return JSONResponse(reply.body, reply.status)
 
     @app.get("/healthz")
     async def healthz(self, request: Request):
         async def work(_):
-            return {"status": "ok"}, 200
+            return Reply({"status": "ok"})
         return await self._call(request, work)
 
     @app.get("/v1/models")
@@ -103,44 +103,44 @@ class Gateway:
             info = await self.agent.info.remote()
             card = {"id": info["model"], "object": "model", "created": int(time.time()),
                     "owned_by": "memagent", "version": info["version"]}
-            return {"object": "list", "data": [card]}, 200
+            return Reply({"object": "list", "data": [card]})
         return await self._call(request, work)
 
     @app.post("/v1/answer", openapi_extra=body_doc(AnswerRequest))
     async def answer(self, request: Request):
         async def work(body: AnswerRequest):
-            return await self.agent.answer.remote(body.model_dump()), 200
+            return await self.agent.answer.remote(body.model_dump())
         return await self._call(request, work, AnswerRequest)
 
     @app.post("/v1/chat/completions", openapi_extra=body_doc(ChatRequest))
     async def chat(self, request: Request):
         async def work(body: ChatRequest):
-            return await self.agent.chat.remote(body.model_dump()), 200
+            return await self.agent.chat.remote(body.model_dump())
         return await self._call(request, work, ChatRequest)
 
     @app.post("/v1/jobs", openapi_extra=body_doc(JobRequest))
     async def submit(self, request: Request):
         async def work(body: JobRequest):
-            return await self.jobs.submit.remote(body.input, body.output), 202
+            return await self.jobs.submit.remote(body.input, body.output)
         return await self._call(request, work, JobRequest)
 
     @app.get("/v1/jobs/{job_id}")
     async def job(self, job_id: str, request: Request):
         async def work(_):
-            return await self.jobs.status.remote(job_id), 200
+            return await self.jobs.status.remote(job_id)
         return await self._call(request, work)
 
     @app.delete("/v1/jobs/{job_id}")
     async def cancel(self, job_id: str, request: Request):
         async def work(_):
-            return await self.jobs.cancel.remote(job_id), 200
+            return await self.jobs.cancel.remote(job_id)
         return await self._call(request, work)
 
     @app.post("/v1/admin/reload", openapi_extra=body_doc(ReloadRequest))
     async def reload(self, request: Request):
         return await self._call(request, self._reload, ReloadRequest, admin=True)
 
-    async def _reload(self, body: ReloadRequest):
+    async def _reload(self, body: ReloadRequest) -> Reply:
         """Check the model on every replica, record it (restarts load it), then swap it in on all.
 
         Broadcasts, not routed calls: a control-plane call must not be refused as overload
@@ -149,12 +149,12 @@ class Gateway:
         from pipelines.serve.state import read_model_state, write_model_state
 
         checks = await self.agent.broadcast("resolve", body.model).results_async()
-        failed = next((c for c in checks if "error" in c), None)
+        failed = next((c for c in checks if c.error is not None), None)
         if failed:
-            return failed, 400
+            return failed
         current = read_model_state(self.s.state_dir)
         live = await self.agent.broadcast("info").results_async()
         version = body.version or max([i["version"] for i in live] + [current[1] if current else 0]) + 1
         write_model_state(self.s.state_dir, body.model, version)
         replicas = await self.agent.broadcast("reload", body.model, version).results_async()
-        return {"model": body.model, "version": version, "replicas": replicas}, 200
+        return Reply({"model": body.model, "version": version, "replicas": replicas})

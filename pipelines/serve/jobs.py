@@ -3,19 +3,20 @@
 Shard k holds input rows [k*S, (k+1)*S) and is written whole (temporary name, then
 rename; on S3 an object appears only when complete), so a restarted job skips the
 shards that exist and redoes the rest: no duplicate and no missing row. The job's
-settings and progress live next to the output in `_job.json`.
+settings and progress: pipelines.serve.jobstore. A row of a shard is an OutputRow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
 import re
-import threading
-import time
+import types
+import typing
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,18 +26,49 @@ import pyarrow.parquet as pq
 from pipelines.errors import UserError
 from pipelines.serve.access import real, under
 from pipelines.serve.schema import ServeError
-from pipelines.serve.state import join, read_json, write_json
 from pipelines.storage import first_line, resolve
 
-STATE_FILE = "_job.json"
 SHARD = re.compile(r"^part-(\d{6})\.parquet$")
 INPUT_SUFFIXES = (".parquet", ".jsonl")
-OUTPUT_SCHEMA = pa.schema([
-    ("id", pa.string()), ("question", pa.string()), ("doc_id", pa.string()), ("answer", pa.string()),
-    ("prediction", pa.string()), ("memory", pa.list_(pa.string())), ("turns", pa.int32()),
-    ("tokens", pa.int64()), ("seconds", pa.float64()), ("model_version", pa.int64()), ("error", pa.string()),
-])
-Answer = Callable[[dict], Awaitable[dict]]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRow:
+    """One answered input row, as a shard stores it; a row that could not be answered has
+    `error` and zero counts. The parquet schema is derived from these fields."""
+
+    id: str
+    question: str | None
+    doc_id: str | None
+    answer: str | None = None
+    prediction: str | None = None
+    memory: list[str] | None = None
+    turns: int = field(default=0, metadata={"arrow": pa.int32()})
+    tokens: int = 0  # document tokens read
+    seconds: float = 0.0
+    model_version: int | None = None
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, row: dict, error: str | None, model_version: int | None = None) -> OutputRow:
+        return cls(row["id"], row.get("question"), row.get("doc_id"), model_version=model_version, error=error)
+
+
+def _arrow_schema(row_type: type) -> pa.Schema:
+    """Each field's arrow type: from its annotation (X | None is a nullable X), or its "arrow" metadata."""
+    arrow = {str: pa.string(), int: pa.int64(), float: pa.float64(), list[str]: pa.list_(pa.string())}
+    hints = typing.get_type_hints(row_type)
+    columns = []
+    for f in dataclasses.fields(row_type):
+        hint = hints[f.name]
+        if isinstance(hint, types.UnionType):
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        columns.append((f.name, f.metadata.get("arrow") or arrow[hint]))
+    return pa.schema(columns)
+
+
+OUTPUT_SCHEMA = _arrow_schema(OutputRow)
+Answer = Callable[[dict], Awaitable[OutputRow]]
 
 
 def job_id_for(input_uri: str, output_uri: str) -> str:
@@ -148,10 +180,11 @@ def finished_shards(output: str) -> dict[int, str]:
     return {int(m.group(1)): i.path for i in infos if (m := SHARD.match(i.base_name))}
 
 
-def write_shard(output: str, k: int, rows: list[dict]) -> None:
+def write_shard(output: str, k: int, rows: list[OutputRow]) -> None:
     fs, path = resolve(output)
     fs.create_dir(path, recursive=True)
-    table = pa.Table.from_pylist(rows, schema=OUTPUT_SCHEMA)
+    names = OUTPUT_SCHEMA.names
+    table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=OUTPUT_SCHEMA)
     final = f"{path}/{shard_name(k)}"
     if isinstance(fs, pafs.LocalFileSystem):
         tmp = f"{path}/.{shard_name(k)}.tmp"
@@ -166,42 +199,3 @@ def shard_counts(fs: pafs.FileSystem, path: str) -> tuple[int, int, int]:
     table = pq.read_table(path, columns=["error", "tokens"], filesystem=fs)
     return table.num_rows, table.num_rows - table["error"].null_count, int(pc.sum(table["tokens"]).as_py() or 0)
 
-
-@dataclass
-class JobState:
-    job_id: str
-    input: str
-    output: str
-    shard_rows: int
-    status: str = "queued"  # queued, running, done, failed, cancelled
-    total: int | None = None
-    done: int = 0
-    errors: int = 0
-    tokens: int = 0
-    message: str = ""
-    run_done: int = 0
-    run_tokens: int = 0
-    run_seconds: float = 0.0
-    updated: float = field(default_factory=time.time)
-
-    def public(self) -> dict:
-        secs = max(self.run_seconds, 1e-9)
-        return {"job_id": self.job_id, "status": self.status, "done": self.done, "total": self.total,
-                "errors": self.errors, "tokens": self.tokens, "input": self.input, "output": self.output,
-                "documents_per_s": round(self.run_done / secs, 4), "tokens_per_s": round(self.run_tokens / secs, 2),
-                "message": self.message}
-
-
-def load_state(output: str) -> JobState | None:
-    data = read_json(join(output, STATE_FILE))
-    return JobState(**data) if data else None
-
-
-_SAVE_LOCK = threading.Lock()
-
-
-def save_state(state: JobState) -> None:
-    """Saves are serialized and snapshot the state under the lock, so the last write is the newest."""
-    with _SAVE_LOCK:
-        state.updated = time.time()
-        write_json(join(state.output, STATE_FILE), asdict(state))

@@ -2,8 +2,8 @@
 
 Every request is an `AgentLoop` driven as its own coroutine on the replica's engine, so
 the turns of all documents in flight interleave in the engine's batch. Plain class:
-`deployments.Agent` wraps it for Ray Serve; it never raises for bad input, it returns
-`{"error": reason, "status": code}` (a dict crosses process boundaries cleanly).
+`deployments.Agent` wraps it for Ray Serve; it never raises for bad input: a call returns a
+`Reply` (schema.py), a batch row an `OutputRow` with its `error` (jobs.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from pipelines.agent import AgentConfig, make_loop
 from pipelines.agent.codec import ChatCodec
 from pipelines.engine import EngineConfig, GenRequest, Sampling, create_engine
 from pipelines.engine.driver import agent_sampling, run_loop
-from pipelines.errors import UserError
 from pipelines.models import resolve_model
 from pipelines.serve.config import ServeConfig
 from pipelines.serve.documents import DocLimits, Documents
-from pipelines.serve.schema import DOC_FIELDS, ChatRequest, ServeError
+from pipelines.serve.jobs import OutputRow
+from pipelines.serve.schema import DOC_FIELDS, ChatRequest, Reply, ServeError
 from pipelines.serve.state import read_model_state
-from pipelines.storage import first_line
 
 
 VERSION_CHECK_S = 2.0
@@ -39,14 +38,6 @@ class ReplicaSettings:
     agent: AgentConfig
     serve: ServeConfig
     tracking_uri: str | None = None  # where models:/ refs are fetched from
-
-
-def error_dict(e: BaseException) -> dict:
-    if isinstance(e, ServeError):
-        return e.as_dict()
-    if isinstance(e, UserError):
-        return {"error": str(e), "status": 400}
-    return {"error": f"internal error: {e.__class__.__name__}: {first_line(e)}", "status": 500}
 
 
 class AgentCore:
@@ -90,34 +81,29 @@ class AgentCore:
         finally:
             self.ongoing -= 1
 
-    async def answer(self, req: dict) -> dict:
+    async def answer(self, req: dict) -> Reply:
         """/v1/answer: the body was validated by the gateway."""
         try:
             out = await self._run(req["question"], req)
         except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
-            return error_dict(e)
+            return Reply.failure(e)
         if not req.get("show_memory"):
             out.pop("memory")
-        return out
+        return Reply(out)
 
-    async def answer_row(self, row: dict) -> dict:
+    async def answer_row(self, row: dict) -> OutputRow:
         """A batch row -> its output row; a failing document gets its reason in `error`."""
-        out = {"id": row["id"], "question": row.get("question"), "doc_id": row.get("doc_id"),
-               "answer": None, "prediction": None, "memory": None, "turns": 0, "tokens": 0,
-               "seconds": 0.0, "model_version": self.engine.version, "error": row.get("error")}
-        if out["error"]:
-            return out
+        if row.get("error"):
+            return OutputRow.failed(row, row["error"], self.engine.version)
+        version = self.engine.version
         try:
             res = await self._run(row["question"], row)
         except Exception as e:  # noqa: BLE001
-            out["error"] = error_dict(e)["error"]
-            return out
-        out.update(answer=res["answer"], prediction=res["prediction"], memory=res["memory"],
-                   turns=res["turns"], tokens=res["doc_tokens"], seconds=res["seconds"],
-                   model_version=res["model_version"])
-        return out
+            return OutputRow.failed(row, Reply.failure(e).error, version)
+        return OutputRow(row["id"], row.get("question"), row.get("doc_id"), res["answer"], res["prediction"],
+                         res["memory"], res["turns"], res["doc_tokens"], res["seconds"], res["model_version"])
 
-    async def chat(self, body: dict) -> dict:
+    async def chat(self, body: dict) -> Reply:
         """OpenAI chat completion straight to the engine: no memory loop."""
         try:
             req = ChatRequest.model_validate(body)
@@ -131,16 +117,16 @@ class AgentCore:
                                 seed=req.seed)
             out = await self.engine.generate(GenRequest(sampling, prompt_ids=prompt))
         except Exception as e:  # noqa: BLE001
-            return error_dict(e)
-        return chat_completion(self.model, req.model, out, len(prompt), self.engine.version)
+            return Reply.failure(e)
+        return Reply(chat_completion(self.model, req.model, out, len(prompt), self.engine.version))
 
-    async def resolve(self, model: str) -> dict:
+    async def resolve(self, model: str) -> Reply:
         """Checks (and fetches) a model reference before any replica is told to load it."""
         try:
             path = await asyncio.to_thread(_model_dir, self.settings, model)
         except Exception as e:  # noqa: BLE001
-            return error_dict(e)
-        return {"model": model, "path": str(path)}
+            return Reply.failure(e)
+        return Reply({"model": model, "path": str(path)})
 
     async def reload(self, model: str, version: int) -> dict:
         """Swap weights in place; requests in flight keep going (their later turns use the new ones)."""

@@ -1,4 +1,5 @@
-"""HTTP request bodies and the one-line error every bad input gets.
+"""HTTP request bodies, the one-line error every bad input gets, and the Reply every call
+behind the gateway answers with.
 
 Bodies are parsed by hand (size check, JSON, then these models) so that each failure,
 including malformed JSON, answers with a 4xx and one line naming the input.
@@ -7,24 +8,42 @@ including malformed JSON, answers with a 4xx and one line naming the input.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipelines.errors import UserError
+from pipelines.storage import first_line
 
 DOC_FIELDS = ("document", "doc_id", "uri")
 
 
 class ServeError(UserError):
-    """Bad input with its HTTP status; crosses process boundaries as a plain dict."""
+    """Bad input with its HTTP status."""
 
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
 
-    def as_dict(self) -> dict:
-        return {"error": str(self), "status": self.status}
+
+@dataclass(frozen=True)
+class Reply:
+    """What a replica or the job manager answers the gateway: a JSON body with its status, or a
+    one-line error with its status. Replicas never raise for bad input; they return a Reply
+    (it crosses process boundaries, and the gateway need not guess what a dict means)."""
+
+    body: Any = None
+    status: int = 200
+    error: str | None = None
+
+    @classmethod
+    def failure(cls, e: BaseException) -> Reply:
+        if isinstance(e, ServeError):
+            return cls(status=e.status, error=str(e))
+        if isinstance(e, UserError):
+            return cls(status=400, error=str(e))
+        return cls(status=500, error=f"internal error: {e.__class__.__name__}: {first_line(e)}")
 
 
 class Body(BaseModel):

@@ -24,7 +24,8 @@ def test_a_replica_that_missed_a_reload_serves_the_recorded_version_first(tiny_m
             started = core.info()
             write_model_state(state, str(tiny_model_dir), 3)  # a reload whose broadcast missed this replica
             out = await core.answer({"question": "What is it?", "document": "The sky is blue. " * 20})
-            return started, out, core.info()
+            assert out.error is None, out
+            return started, out.body, core.info()
         finally:
             await core.close()
 

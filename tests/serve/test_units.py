@@ -11,10 +11,11 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.serve.access import Access
 from pipelines.serve.app import check_binding
 from pipelines.serve.documents import DocLimits, Documents
-from pipelines.serve.jobs import (JobState, count_rows, finished_shards, iter_rows, iter_shards, job_id_for,
-                                  load_state, request_of)
+from pipelines.serve.jobs import (OUTPUT_SCHEMA, OutputRow, count_rows, finished_shards, iter_rows, iter_shards,
+                                  job_id_for, request_of)
+from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.runner import JobRunner
-from pipelines.serve.schema import AnswerRequest, ChatRequest, ServeError, parse_body
+from pipelines.serve.schema import AnswerRequest, ChatRequest, Reply, ServeError, parse_body
 from pipelines.errors import UserError
 
 
@@ -95,11 +96,10 @@ def test_rows_from_jsonl_and_parquet_with_task_row_columns(tmp_path):
         list(iter_rows(str(tmp_path / "nope")))
 
 
-async def _echo(row: dict) -> dict:
+async def _echo(row: dict) -> OutputRow:
     await asyncio.sleep(0)
-    return {"id": row["id"], "question": row["question"], "doc_id": row["doc_id"], "answer": "a",
-            "prediction": None, "memory": ["m"], "turns": 2, "tokens": 10, "seconds": 0.1,
-            "model_version": 0, "error": row["error"]}
+    return OutputRow(id=row["id"], question=row["question"], doc_id=row["doc_id"], answer="a", prediction=None,
+                     memory=["m"], turns=2, tokens=10, seconds=0.1, model_version=0, error=row["error"])
 
 
 def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
@@ -118,16 +118,16 @@ def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
     resumed = False
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(JobRunner(state, answer, rows_in_flight=3, shards_in_flight=1).run())
-    assert load_state(out).status == "interrupted"
+    assert JobStore().load(out).status == "interrupted"
     first = set(finished_shards(out))
     assert first and first != {0, 1, 2, 3, 4}
     resumed, calls[:] = True, []
-    final = asyncio.run(JobRunner(load_state(out), answer, rows_in_flight=3, shards_in_flight=2).run())
+    final = asyncio.run(JobRunner(JobStore().load(out), answer, rows_in_flight=3, shards_in_flight=2).run())
     assert final.status == "done" and final.done == final.total == 23, final.message
     assert not {c for c in calls} & {f"r{i}" for k in first for i in range(k * 5, k * 5 + 5)}
     ids = pq.read_table(out).column("id").to_pylist()
     assert sorted(ids) == sorted(f"r{i}" for i in range(23))
-    assert load_state(out).public()["done"] == 23
+    assert JobStore().load(out).public()["done"] == 23
 
 
 def _runner_peak_bytes(tmp_path, rows: int) -> int:
@@ -155,3 +155,38 @@ def test_runner_memory_does_not_grow_with_job_size(tmp_path):
     _runner_peak_bytes(tmp_path, 100)  # first use: imports and caches, not the job
     small, large = _runner_peak_bytes(tmp_path, 500), _runner_peak_bytes(tmp_path, 4000)
     assert large < 1.5 * small, (small, large)  # 8x the rows (16 MB of documents), about the same peak
+
+
+def test_output_schema_derives_from_the_row_type():
+    """The shard files' contract: these columns and types (resumed jobs mix old and new shards)."""
+    assert OUTPUT_SCHEMA == pa.schema([
+        ("id", pa.string()), ("question", pa.string()), ("doc_id", pa.string()), ("answer", pa.string()),
+        ("prediction", pa.string()), ("memory", pa.list_(pa.string())), ("turns", pa.int32()),
+        ("tokens", pa.int64()), ("seconds", pa.float64()), ("model_version", pa.int64()), ("error", pa.string()),
+    ])
+    failed = OutputRow.failed({"id": "r", "question": "q"}, "boom", 3)
+    assert (failed.doc_id, failed.turns, failed.tokens, failed.model_version, failed.error) == (None, 0, 0, 3, "boom")
+
+
+def test_job_state_round_trips_with_a_typed_status(tmp_path):
+    store = JobStore(str(tmp_path / "state"))
+    state = JobState("abc", "in.jsonl", str(tmp_path / "out"), shard_rows=4)
+    store.save(state)
+    store.register(state)
+    loaded = store.load(str(tmp_path / "out"))
+    assert loaded.status is JobStatus.QUEUED and loaded == state
+    assert store.get("abc") == state and store.get("nope") is None and store.get("../x") is None
+    assert store.entries() == [{"job_id": "abc", "input": "in.jsonl", "output": str(tmp_path / "out")}]
+    state.start()
+    state.interrupt()
+    assert state.status == "interrupted" and not state.status.terminal
+    state.cancel()
+    state.interrupt()  # a cancelled job stays cancelled when its task stops
+    assert state.status is JobStatus.CANCELLED and state.status.terminal and state.public()["status"] == "cancelled"
+
+
+def test_reply_failure_is_one_line_with_its_status():
+    assert Reply.failure(ServeError("uri 'x': outside", 403)) == Reply(status=403, error="uri 'x': outside")
+    assert Reply.failure(UserError("model 'm': no such folder")) == Reply(status=400, error="model 'm': no such folder")
+    assert Reply.failure(RuntimeError("a\nb")) == Reply(status=500, error="internal error: RuntimeError: a")
+    assert Reply({"ok": 1}).error is None
