@@ -1,9 +1,15 @@
-"""Rule-based verifiers. Any callable `(response: str, answers: list[str]) -> float` is a reward.
+"""Rule-based verifiers, and the one place that picks one by a row's answer kind.
+
+Any callable `(response: str, answers: list[str]) -> float` is a reward.
 
 - strict_reward: the training verifier (last \\boxed{}, light normalisation, exact match).
 - lenient_scores: the test verifier, SQuAD/HotpotQA style: em, sub_em (the paper's
   "accuracy"), token f1, each the max over gold answers.
 - recall_all: list-all tasks (RULER string_match_all): fraction of gold items present.
+
+By answer kind (`one_of`: any gold answer is right; `all_of`: every gold item is needed):
+default_reward (the training reward), score / accuracy (the test verifier; all-of rows score
+recall_all under every name), answer_recall (a diagnostic on the raw answer).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 
 Reward = Callable[[str, list[str]], float]
+ANSWER_KINDS = ("one_of", "all_of")
 
 _BOXED = "\\boxed{"
 _LATEX_NOISE = re.compile(r"\\text\{([^{}]*)\}|\\mathrm\{([^{}]*)\}|\\[,;!: ]|\$")
@@ -64,16 +71,24 @@ def token_f1(pred: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def lenient_scores(prediction: str, answers: list[str]) -> dict[str, float]:
+def _best(match: Callable[[str, str], float], prediction: str, answers: list[str]) -> float:
     pred = normalize_answer(prediction or "")
-    best = {"em": 0.0, "sub_em": 0.0, "f1": 0.0}
-    for answer in answers:
-        gold = normalize_answer(answer)
-        best["em"] = max(best["em"], float(pred == gold))
-        sub = bool(pred and gold) and (gold in pred or pred in gold)
-        best["sub_em"] = max(best["sub_em"], float(sub or pred == gold))
-        best["f1"] = max(best["f1"], token_f1(pred, gold))
-    return best
+    return max((match(pred, normalize_answer(a)) for a in answers), default=0.0)
+
+
+def _exact(pred: str, gold: str) -> float:
+    return float(pred == gold)
+
+
+def _sub_exact(pred: str, gold: str) -> float:
+    return float((bool(pred and gold) and (gold in pred or pred in gold)) or pred == gold)
+
+
+LENIENT = {"em": _exact, "sub_em": _sub_exact, "f1": token_f1}
+
+
+def lenient_scores(prediction: str, answers: list[str]) -> dict[str, float]:
+    return {name: _best(match, prediction, answers) for name, match in LENIENT.items()}
 
 
 def recall_all(prediction: str, answers: list[str]) -> float:
@@ -81,3 +96,34 @@ def recall_all(prediction: str, answers: list[str]) -> float:
         return 0.0
     pred = (prediction or "").lower()
     return sum(a.lower() in pred for a in answers) / len(answers)
+
+
+def boxed_recall(response: str, answers: list[str]) -> float:
+    """All-of rows: the fraction of gold items inside the last \\boxed{} (0 when nothing is boxed)."""
+    return recall_all(extract_boxed(response) or "", answers)
+
+
+def default_reward(answer_kind: str) -> Reward:
+    """The training reward of a row of this kind."""
+    return boxed_recall if answer_kind == "all_of" else strict_reward
+
+
+def score(name: str, prediction: str | None, answers: list[str], answer_kind: str) -> float:
+    """One test score (em, sub_em or f1) of a prediction; all-of rows: recall_all under each name."""
+    if answer_kind == "all_of":
+        return recall_all(prediction or "", answers)
+    return _best(LENIENT[name], prediction or "", answers)
+
+
+def accuracy(prediction: str | None, answers: list[str], answer_kind: str) -> float:
+    """The paper's accuracy (sub_em), what a trajectory carries."""
+    return score("sub_em", prediction, answers, answer_kind)
+
+
+def answer_recall(answer: str, answers: list[str], answer_kind: str) -> float:
+    """Gold found anywhere in the raw answer, boxed or not: a diagnostic for base models that
+    rarely box (their sub_em is ~0 whatever they read). Not the paper's accuracy."""
+    if answer_kind == "all_of":
+        return recall_all(answer, answers)
+    text = normalize_answer(answer)
+    return float(any(gold and gold in text for gold in (normalize_answer(a) for a in answers)))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.agent.reward import normalize_answer, recall_all
-from pipelines.ingest.tasks import TaskRow, score
+from pipelines.agent.reward import answer_recall, score
+from pipelines.ingest.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
 
 MAX_ANSWER_CHARS = 2000
@@ -33,23 +33,16 @@ def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
             "truncated": False, "error": None, "memory": [], "seconds": 0.0}
 
 
-def answer_recall(row: TaskRow, answer: str) -> float:
-    """Gold found anywhere in the raw answer, boxed or not: a diagnostic for base models that
-    rarely box (their sub_em is ~0 whatever they read). Not the paper's accuracy."""
-    if row.answer_kind == "all_of":
-        return recall_all(answer, row.answers)
-    text = normalize_answer(answer)
-    golds = (normalize_answer(a) for a in row.answers)
-    return float(any(gold and gold in text for gold in golds))
-
-
 def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
     _, length, method = ref.cell
     rec = base_record(ref.row, method, length, ref.index)
     rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
                turns=len(t.turns), truncated=t.truncated,
                memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
-    rec.update(score(ref.row, t.prediction), answer_recall=answer_recall(ref.row, t.answer))
+    row = ref.row
+    rec.update(sub_em=t.accuracy, em=score("em", t.prediction, row.answers, row.answer_kind),
+               f1=score("f1", t.prediction, row.answers, row.answer_kind),
+               answer_recall=answer_recall(t.answer, row.answers, row.answer_kind))
     return rec
 
 

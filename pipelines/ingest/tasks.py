@@ -1,4 +1,5 @@
-"""The task row contract (DESIGN.md): question, gold answers, and a document reference.
+"""The task row contract: question, gold answers (scored by answer kind: pipelines.agent.reward),
+and a document reference.
 
 A row names its document either by `doc_id` (in a chunk store) or carries it inline
 (`context`). Rows are stored as parquet, locally or on s3://, and read back streamed.
@@ -21,14 +22,13 @@ import pyarrow.parquet as pq
 
 from pipelines.agent.chunking import iter_chunks
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.reward import lenient_scores, recall_all
+from pipelines.agent.reward import ANSWER_KINDS
 from pipelines.errors import UserError
 from pipelines.ingest.manifest import list_parquet
 from pipelines.ingest.store import ChunkStore
 from pipelines.ingest.tokenizer import same_vocab, tokenizer_id
 from pipelines.storage import first_line, resolve
 
-ANSWER_KINDS = ("one_of", "all_of")
 TASK_SCHEMA_VERSION = 2
 VERSION_KEY = b"memagent.tasks.schema_version"
 EVIDENCE_TYPE = pa.list_(pa.struct([("text", pa.string()), ("offset", pa.int64())]))
@@ -182,11 +182,3 @@ def task_chunks(row: TaskRow, store: ChunkStore | None, codec: ChatCodec, chunk_
         raise UserError(f"doc_id '{row.doc_id}': stored with tokenizer '{info.tokenizer}', "
                         f"the model's is '{mine}'; re-ingest with this model")
     return iter_chunks(store.iter_chunk_ids(row.doc_id), chunk_size)
-
-
-def score(row: TaskRow, prediction: str | None) -> dict:
-    """lenient_scores (em, sub_em, f1) for one-of rows; recall_all under the same keys for all-of."""
-    if row.answer_kind == "all_of":
-        r = recall_all(prediction or "", row.answers)
-        return {"em": r, "sub_em": r, "f1": r}
-    return lenient_scores(prediction or "", row.answers)

@@ -17,7 +17,8 @@ from pipelines.agent import AgentConfig, Loop, Method, make_loop
 from pipelines.agent.codec import ChatCodec
 from pipelines.engine.base import Engine, Sampling
 from pipelines.engine.driver import run_loop
-from pipelines.ingest.tasks import score, task_chunks
+from pipelines.agent.reward import accuracy
+from pipelines.ingest.tasks import task_chunks
 from pipelines.rollout.rewards import compute_reward, load_reward
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
@@ -84,8 +85,8 @@ class WorkerCore:
         return Trajectory(
             sample_id=row.sample_id, group_id=task.group_id, index=index, turns=result.turns,
             memory=list(result.memory), answer=result.answer, prediction=result.prediction,
-            reward=value, accuracy=score(row, result.prediction)["sub_em"], truncated=result.truncated,
-            doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name)
+            reward=value, accuracy=accuracy(result.prediction, row.answers, row.answer_kind),
+            truncated=result.truncated, doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name)
 
     def make_loop(self, row: Any, spec: RolloutSpec) -> Loop:
         chunks = task_chunks(row, self.store, self.codec, self.agent.chunk_size)

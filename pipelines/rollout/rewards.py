@@ -1,4 +1,5 @@
-"""The reward of one rollout: the training verifier by default, or any user callable.
+"""The reward of one rollout: the training verifier for the row's answer kind by default
+(pipelines.agent.reward.default_reward), or any user callable.
 
 A reward is `f(response: str, answers: list[str]) -> float` (pipelines.agent.reward). The
 config names a user reward by dotted path so that every worker process can import it.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 
-from pipelines.agent.reward import Reward, extract_boxed, recall_all, strict_reward
+from pipelines.agent.reward import Reward, default_reward
 from pipelines.errors import UserError
 
 
@@ -27,15 +28,6 @@ def load_reward(path: str | None) -> Reward | None:
     if not callable(fn):
         raise UserError(f"rollout.reward '{path}': not callable")
     return fn
-
-
-def boxed_recall(response: str, answers: list[str]) -> float:
-    """All-of rows: the fraction of gold items inside the last \\boxed{} (0 when nothing is boxed)."""
-    return recall_all(extract_boxed(response) or "", answers)
-
-
-def default_reward(answer_kind: str) -> Reward:
-    return boxed_recall if answer_kind == "all_of" else strict_reward
 
 
 def compute_reward(fn: Reward | None, response: str, answers: list[str], answer_kind: str,

@@ -15,11 +15,12 @@ def task_row(i: int) -> TaskRow:
     return TaskRow(f"orig-{i}", f"q{i}?", [f"v{i}"], "one_of", None, "some document " * 50, 100, "niah", "test")
 
 
-def traj(key: str, answer: str, memory=("m1", "m2")) -> Trajectory:
+def traj(key: str, answer: str, memory=("m1", "m2"), accuracy: float = 0.0) -> Trajectory:
     turns = [TurnRecord([1], [2], [-0.1], "stop", i == len(memory), 4, 0, 0, 0.1) for i in range(len(memory) + 1)]
     from pipelines.agent.reward import extract_boxed
 
-    return Trajectory(key, f"{key}#1", 0, turns, list(memory), answer, extract_boxed(answer), 0.0, 0.0, True, 120, 0.5, "w")
+    return Trajectory(key, f"{key}#1", 0, turns, list(memory), answer, extract_boxed(answer), 0.0, accuracy, True,
+                      120, 0.5, "w")
 
 
 def test_rows_are_renamed_per_cell_and_records_keep_the_original_ids():
@@ -28,7 +29,7 @@ def test_rows_are_renamed_per_cell_and_records_keep_the_original_ids():
     stream = book.rows([A, B], rows.__getitem__)
     keys = [r.sample_id for r in stream]
     assert keys == ["niah/1K/truncation#0", "niah/1K/truncation#1", "niah/2K/truncation#0"]
-    book.add_trajectory(traj(keys[1], "\\boxed{v1}"))
+    book.add_trajectory(traj(keys[1], "\\boxed{v1}", accuracy=1.0))  # the worker's accuracy of "v1"
     assert book.complete() == []
     book.add_trajectory(traj(keys[0], "no box"))
     [(cell, records)] = book.complete()

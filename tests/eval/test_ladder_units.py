@@ -124,11 +124,11 @@ def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset)
 
 
 def test_answer_recall_finds_unboxed_gold():
-    from pipelines.eval.records import answer_recall
+    from pipelines.agent.reward import answer_recall
     from pipelines.ingest.tasks import TaskRow
 
     row = TaskRow("s", "q?", ["Charles Guiteau"], "one_of", None, "ctx", 3, "t", "test")
-    assert answer_recall(row, "It was charles guiteau, in 1881.") == 1.0
-    assert answer_recall(row, "It was Leon Czolgosz.") == 0.0
+    assert answer_recall("It was charles guiteau, in 1881.", row.answers, row.answer_kind) == 1.0
+    assert answer_recall("It was Leon Czolgosz.", row.answers, row.answer_kind) == 0.0
     both = TaskRow("s", "q?", ["red", "blue"], "all_of", None, "ctx", 3, "t", "test")
-    assert answer_recall(both, "Red, then green.") == 0.5
+    assert answer_recall("Red, then green.", both.answers, both.answer_kind) == 0.5

@@ -11,7 +11,8 @@ from pipelines.ingest.config import IngestConfig
 from pipelines.ingest.pipeline import ingest
 from pipelines.ingest.sources import list_sources, split_glob
 from pipelines.ingest.store import ChunkStore, chunk_path
-from pipelines.ingest.tasks import TaskRow, read_task_rows, score, task_chunks, write_task_rows
+from pipelines.agent.reward import score
+from pipelines.ingest.tasks import TaskRow, read_task_rows, task_chunks, write_task_rows
 from pipelines.ingest.tokenize import split_pieces, tokenize_docs
 from pipelines.ingest.readers import Doc
 from tests.ingest.corpus import mixed_corpus, quarantine_map
@@ -124,9 +125,11 @@ def test_task_rows_round_trip_chunks_and_scores(tmp_path, tokenizer, home):
     assert [len(c) for c in chunks[:-1]] == [50] * (len(chunks) - 1)
     assert tokenizer.decode([i for c in chunks for i in c]) == "The answer is forty two. " * 20
     assert [i for c in task_chunks(back[1], None, codec, 2) for i in c] == codec.encode("inline context here")
-    assert score(back[0], "It is Forty-Two.")["sub_em"] == 0.0 and score(back[0], "forty two")["em"] == 1.0
-    assert score(back[1], "beta and alpha") == {"em": 1.0, "sub_em": 1.0, "f1": 1.0}
-    assert score(back[1], "only alpha")["sub_em"] == 0.5
+    one, every = back
+    assert score("sub_em", "It is Forty-Two.", one.answers, one.answer_kind) == 0.0
+    assert score("em", "forty two", one.answers, one.answer_kind) == 1.0
+    assert [score(m, "beta and alpha", every.answers, every.answer_kind) for m in ("em", "sub_em", "f1")] == [1.0] * 3
+    assert score("sub_em", "only alpha", every.answers, every.answer_kind) == 0.5
 
 
 def test_task_chunks_refuses_another_tokenizer(tmp_path, home):

@@ -1,6 +1,7 @@
 import pytest
 
-from pipelines.agent.reward import extract_boxed, lenient_scores, normalize_answer, recall_all, strict_reward
+from pipelines.agent.reward import (accuracy, answer_recall, default_reward, extract_boxed, lenient_scores,
+                                    normalize_answer, recall_all, score, strict_reward)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -46,3 +47,23 @@ def test_recall_all():
     assert recall_all("values: 12, 34", ["12", "34", "56"]) == pytest.approx(2 / 3)
     assert recall_all("ABC", ["abc"]) == 1.0
     assert recall_all("x", []) == 0.0
+
+
+def test_scores_by_answer_kind():
+    """One-of rows: lenient scores over the gold answers; all-of rows: recall_all under every name."""
+    assert [score(m, "It is Paris.", ["Paris", "Lyon"], "one_of") for m in ("em", "sub_em", "f1")] == [0.0, 1.0, 0.5]
+    assert accuracy("paris", ["Paris"], "one_of") == 1.0 and accuracy(None, ["Paris"], "one_of") == 0.0
+    assert [score(m, "red and blue", ["red", "blue", "green"], "all_of") for m in ("em", "sub_em", "f1")] == [2 / 3] * 3
+    assert accuracy("red", ["red", "blue"], "all_of") == 0.5
+
+
+def test_answer_recall_reads_the_raw_answer():
+    assert answer_recall("I think it is Paris, no box", ["paris"], "one_of") == 1.0
+    assert answer_recall("the answer", ["paris"], "one_of") == 0.0
+    assert answer_recall("red, green", ["red", "blue"], "all_of") == 0.5
+
+
+def test_default_reward_by_answer_kind():
+    assert default_reward("one_of") is strict_reward
+    assert default_reward("all_of")("\\boxed{red, blue}", ["red", "blue", "green"]) == pytest.approx(2 / 3)
+    assert default_reward("all_of")("red, blue", ["red"]) == 0.0  # nothing boxed
