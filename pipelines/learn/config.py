@@ -65,5 +65,8 @@ class LearnConfig(Strict):
     task: str = "niah_single"
     task_lengths: str | int = "1K"  # document lengths, e.g. "512,768,1024" (K = 1024 tokens)
     task_n: int = Field(256, gt=0)  # rows per length
+    # Length curriculum: the train split's rows ordered shortest first (RL starts at 1-2 chunks
+    # and grows), instead of the lengths interleaved.
+    curriculum: bool = False
     # The registered model's name in the MLflow registry (a new version per run).
     registry_name: str = "memagent"

@@ -68,8 +68,12 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
     n = lc.task_n if split == "train" else lc.eval_n
     streams = [inline_rows(BuildRequest(task=lc.task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
-                                        split=split), t, count) for t in parse_lengths(str(lc.task_lengths))]
-    write_task_rows((row for rows in itertools.zip_longest(*streams) for row in rows if row is not None), uri)
+                                        split=split), t, count) for t in sorted(parse_lengths(str(lc.task_lengths)))]
+    if lc.curriculum and split == "train":  # streams follow sorted lengths: the shortest rows first
+        ordered = itertools.chain(*streams)
+    else:
+        ordered = (row for rows in itertools.zip_longest(*streams) for row in rows if row is not None)
+    write_task_rows(ordered, uri)
     return uri
 
 
