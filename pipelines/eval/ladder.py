@@ -67,13 +67,12 @@ def check_budgets(cfg: Config) -> None:
 
 
 def rollout_config(cfg: Config) -> Config:
-    """The rollout settings evaluation runs under: one sample per row at the agent's (evaluation)
-    temperature, eval.concurrency loops per worker, no dynamic-sampling drop, no staleness
-    bound, the default verifier, documents of doc_id rows from eval.store when given."""
+    """The rollout settings the evaluation's workers and service run under: eval.concurrency loops
+    per worker, a buffer that holds them all, documents of doc_id rows from eval.store when given.
+    How a row is sampled (the agent's temperature, the default verifier) is the RolloutSpec of
+    run_method; run_groups runs one sample per row with no staleness bound and no drop."""
     e, r = cfg.eval, cfg.rollout
-    update = {"group_size": 1, "temperature": cfg.agent.temperature, "top_p": cfg.agent.top_p, "reward": None,
-              "loops_per_worker": e.concurrency, "buffer_groups": r.workers * e.concurrency,
-              "max_staleness": None, "drop_equal_rewards": False}
+    update = {"loops_per_worker": e.concurrency, "buffer_groups": r.workers * e.concurrency}
     if e.store:
         update["store"] = e.store
     return cfg.model_copy(update={"rollout": r.model_copy(update=update)})
