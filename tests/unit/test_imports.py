@@ -1,0 +1,149 @@
+"""The house: every module of pipelines/ imports in a fresh interpreter, no cycle in the import
+graph, no import of a module that is gone, one loop driver.
+
+Imports count wherever they are in a file (a lazy import inside a function still ties its
+module to the other one), so a cycle cannot hide behind a function-level import.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "pipelines"
+
+
+def module_names() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imported(modules: dict[str, Path], name: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for each pipelines module that `name` imports, anywhere in the file.
+    `from pkg import x` names the submodule pkg.x when there is one, else pkg itself."""
+    path = modules[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "pipelines")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != "pipelines":
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                yield node.lineno, sub if sub in modules else base
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the pipelines modules it imports."""
+    return {name: {m for _, m in imported(modules, name) if m in modules and m != name} for name in modules}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a path a -> b -> ... -> a) per strongly connected component of size > 1."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the graph is small enough for recursion
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_path_within(graph, c) for c in components]
+
+
+def _path_within(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:  # breadth-first: the shortest way back to start
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    return paths[v] + [start]
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(component)
+
+
+def test_graph_helpers_find_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules():
+    found = cycles(import_graph(module_names()))
+    assert not found, "import cycles in pipelines/:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_every_import_names_a_module_that_exists():
+    """Lazy imports run only when their function does: a moved module must not leave one behind."""
+    modules = module_names()
+    missing = [f"{modules[n].relative_to(REPO)}:{line}: {m}" for n in modules for line, m in imported(modules, n)
+               if m not in modules]
+    assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_module_imports_in_a_fresh_interpreter():
+    names = sorted(module_names())
+    script = (
+        "import importlib, sys, traceback\n"
+        "failed = []\n"
+        f"for name in {names!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception:\n"
+        "        failed.append(name + ': ' + traceback.format_exc().strip().splitlines()[-1])\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"modules that do not import:\n{done.stdout}{done.stderr[-2000:]}"
+
+
+def test_only_the_driver_drives_loops():
+    """One loop driver (engine/driver.run_loop). Besides the agent package itself, only the rollout
+    benchmark's step-synchronous baseline (what it measures) and the SFT traces, which script the
+    loop's turns from task evidence instead of an engine, step a loop by hand."""
+    allowed = {"pipelines/engine/driver.py", "pipelines/learn/traces.py", "benchmarks/rollout.py"}
+    files = [p for folder in ("pipelines", "benchmarks") for p in (REPO / folder).rglob("*.py")]
+    callers = {str(p.relative_to(REPO)) for p in files if "next_request()" in p.read_text()}
+    stray = sorted(c for c in callers - allowed if not c.startswith("pipelines/agent/"))
+    assert not stray, f"loops stepped outside the driver: {stray}"
