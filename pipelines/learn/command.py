@@ -49,6 +49,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
         raise UserError(f"out '{out}': holds a run at step {prior.step}; pass --resume, or another --out")
     if prior is None and req.resume:
         raise UserError(f"--resume: no checkpoint under '{out}'")
+    if prior is not None and steps < prior.step:
+        raise UserError(f"--steps {steps}: the run in '{out}' is already at step {prior.step}")
     tasks = req.tasks or runs.build_split(cfg, out, model_dir)
     runs.check_tasks(tasks, need_evidence=req.sft)
     minutes = req.max_minutes or cfg.learn.max_minutes
