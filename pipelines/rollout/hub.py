@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -26,8 +26,9 @@ from pipelines.rollout.trajectory import Group
 
 class RolloutHub:
     def __init__(self, cfg: Any, tasks: str, version: int = 0, weights: str | None = None,
-                 cursor: dict | None = None):
-        """tasks: task rows (parquet, local or s3://), read pass after pass."""
+                 cursor: dict | None = None, service: Callable[[Iterator[Any]], Any] | None = None):
+        """tasks: task rows (parquet, local or s3://), read pass after pass. service(rows): the
+        started service that runs them (default: a RolloutService; tests pass one without Ray)."""
         from pipelines.rollout.service import RolloutService
 
         self.cursor = Cursor.from_dict(cursor)
@@ -35,8 +36,10 @@ class RolloutHub:
         self._index: dict[int, int] = {}  # scheduler sequence number -> stream index
         self._pending: dict[int, list[Group]] = {}  # step -> its batch, until acked
         self._lock = threading.Lock()
+        self._taking = threading.Lock()  # one take at a time: a step asked twice gets one batch
         self._evals: list[tuple[int, int, dict, int]] = []
-        self.service = RolloutService(cfg, self._rows(), version, weights).start()
+        make = service or (lambda rows: RolloutService(cfg, rows, version, weights).start())
+        self.service = make(self._rows())
 
     def _rows(self) -> Iterator[Any]:
         """The source's rows, pass after pass, less those the cursor has used up."""
@@ -51,13 +54,16 @@ class RolloutHub:
             yield row
 
     def take(self, n: int, step: int, timeout: float | None = None) -> list[Group]:
-        with self._lock:
-            if step in self._pending:
-                return self._pending[step]
-        groups = self.service.take(n, timeout)
-        with self._lock:
-            self._pending[step] = groups
-        return groups
+        """The batch of step `step`: the same groups however often it is asked (a learner
+        restarted while its first call still waits asks again; serialised, both get one batch)."""
+        with self._taking:
+            with self._lock:
+                if step in self._pending:
+                    return self._pending[step]
+            groups = self.service.take(n, timeout)
+            with self._lock:
+                self._pending[step] = groups
+            return groups
 
     def push(self, uri: str, version: int) -> bool:
         """Hand a published policy to the workers without waiting; False if not newer (a restarted
