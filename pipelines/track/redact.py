@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 MASK = "***"
-_NAME = (r"(?:secret|password|passwd|(?<![a-z])token(?!s|iz)|access[_-]?key|api[_-]?key|credential|"
+_NAME = (r"(?:secret|password|passwd|(?<![a-z])token(?!s|iz|_budget)|access[_-]?key|api[_-]?key|credential|"
          r"signature|(?<![a-z])auth(?!or))")
 SECRET_NAME = re.compile(_NAME, re.I)
 _URI_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)(?P<pw>[^\s@/]+)(?=@)")

@@ -52,7 +52,7 @@ def test_log_filter_redacts_message_args(monkeypatch):
 
 
 def test_token_counts_and_tokenizers_are_not_secrets():
-    text = "max_tokens=64 tokenizer=smollm2 doc_tokens: 4096 author=ann"
+    text = "max_tokens=64 tokenizer=smollm2 doc_tokens: 4096 author=ann learn.token_budget=64"
     assert redact(text) == text
     assert redact_params({"agent.max_tokens": 64, "ingest.tokenizer": "smollm2"}) == {
         "agent.max_tokens": "64", "ingest.tokenizer": "smollm2"}
