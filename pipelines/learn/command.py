@@ -14,12 +14,14 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn import runs
 from pipelines.learn.trainer import RunSpec
+from pipelines.storage import absolute_uri
+from pipelines.learn.weights import FolderPublisher
+from pipelines.storage import exists
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
     steps = req.steps or cfg.learn.steps
     if steps <= 0:
         raise UserError(f"--steps {steps}: must be positive")
-    model_dir = str(config_model_dir(cfg).absolute())
-    out = runs.absolute(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
+    model_dir = str(config_model_dir(cfg))
+    out = absolute_uri(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
     prior = runs.latest_state(out, model_dir)
     if prior is not None and not req.resume:
         raise UserError(f"out '{out}': holds a run at step {prior.step}; pass --resume, or another --out")
@@ -51,6 +53,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
         raise UserError(f"--resume: no checkpoint under '{out}'")
     if prior is not None and steps < prior.step:
         raise UserError(f"--steps {steps}: the run in '{out}' is already at step {prior.step}")
+    if prior is not None and prior.weights and not exists(f"{prior.weights}/config.json"):
+        raise UserError(f"checkpoint of step {prior.step} in '{out}': its policy '{prior.weights}' is gone")
     tasks = req.tasks or runs.build_split(cfg, out, model_dir)
     runs.check_tasks(tasks, need_evidence=req.sft)
     minutes = req.max_minutes or cfg.learn.max_minutes
@@ -83,6 +87,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
     state = runs.latest_state(out, model_dir)
     if state is None:
         raise UserError(f"out '{out}': the run ended before its first checkpoint")
+    if not req.sft:  # while the run lasted, versions its index might still name were kept too
+        FolderPublisher(out, model_dir, cfg.learn.keep_versions).prune(state.version)
     model = runs.final_model(out, state, req.sft)
     return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
             "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2), "metrics": last}

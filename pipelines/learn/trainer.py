@@ -122,7 +122,7 @@ def out_of_time(run: RunSpec) -> bool:
 
 def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
     publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions) if rank == 0 else None
-    pinned = state.version  # the latest checkpoint's policy: a resumed run restarts the workers on it
+    keep_from = state.version
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()
         groups = share(ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step)) if rank == 0 else None, world)
@@ -138,7 +138,8 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
             state.version = step
             if rank == 0:
                 start = time.perf_counter()
-                state.weights = publisher.publish(policy.model, step, pinned)
+                keep_from = registered_version(run, keep_from)
+                state.weights = publisher.publish(policy.model, step, keep_from)
                 run.hub.push.remote(state.weights, step)
                 metrics["train/weight_push_s"] = time.perf_counter() - start
         if rank == 0:
@@ -148,8 +149,21 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
             state.cursor = ray.get(run.hub.cursor_for.remote(step))
             metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
                             if k in ("filtered", "stale", "kept", "delivered")})
-        if report(cfg, run, policy, state, metrics, rank):
-            pinned = state.version
+        report(cfg, run, policy, state, metrics, rank)
+
+
+def registered_version(run: RunSpec, default: int) -> int:
+    """The policy version of the newest checkpoint in the run's index: what a resume restarts the
+    rollout workers on. Ray Train's controller registers a reported checkpoint some time after
+    `train.report` returns (seconds under load), so the worker cannot know it any other way;
+    `default` while the index is being rewritten."""
+    from pipelines.learn.runs import latest_state
+
+    try:
+        state = latest_state(run.out, run.model_dir)
+    except UserError:
+        return default
+    return default if state is None else state.version
 
 
 def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, float]:
@@ -170,9 +184,8 @@ def learner_metrics(m: dict[str, float]) -> dict[str, float]:
 
 
 def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics: dict, rank: int,
-           force_checkpoint: bool = False) -> bool:
-    """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the
-    end). Whether this step was checkpointed."""
+           force_checkpoint: bool = False) -> None:
+    """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the end)."""
     from ray import train
     from ray.train import Checkpoint
 
@@ -188,7 +201,6 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
             run.hub.ack.remote(state.step)
     else:
         train.report(metrics)
-    return save
 
 
 def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:

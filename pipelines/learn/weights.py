@@ -40,18 +40,20 @@ class FolderPublisher:
         self.root, self.base_dir, self.keep = f"{out.rstrip('/')}/weights", base_dir, keep
         self.last_write_s = 0.0
 
-    def publish(self, model: nn.Module, version: int, pinned: int | None = None) -> str:
-        """OUT/weights/v{version}; older versions beyond the last `keep` are removed, except
-        `pinned` (the one the latest checkpoint names, which a resumed run loads)."""
+    def publish(self, model: nn.Module, version: int, keep_from: int | None = None) -> str:
+        """OUT/weights/v{version}; older versions beyond the last `keep` are removed, but none
+        from `keep_from` on (the latest checkpoint's, which a resumed run loads, and any newer
+        one a checkpoint being registered may name)."""
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="memagent-weights-") as tmp:
             uri = publish_dir(save_hf_folder(model, self.base_dir, Path(tmp) / "w"), f"{self.root}/v{version}")
         self.last_write_s = time.perf_counter() - start
-        self._prune(version, pinned)
+        self.prune(version, keep_from)
         return uri
 
-    def _prune(self, version: int, pinned: int | None) -> None:
+    def prune(self, version: int, keep_from: int | None = None) -> None:
+        keep_from = version if keep_from is None else keep_from
         old = [d for d in list_dirs(self.root) if d.startswith("v") and d[1:].isdigit()
-               and int(d[1:]) <= version - self.keep and int(d[1:]) != pinned]
+               and int(d[1:]) <= version - self.keep and int(d[1:]) < keep_from]
         for d in old:
             remove_tree(f"{self.root}/{d}")
