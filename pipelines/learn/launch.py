@@ -8,16 +8,12 @@ writes each step's metrics to (for the progress display and MLflow).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import ray
 
 from pipelines.errors import UserError
-from pipelines.storage import resolve
-
 from pipelines.learn.trainer import RunSpec, train_loop, user_error
 
 

@@ -18,10 +18,6 @@ from pipelines.learn.checkpoint import LearnerState, model_fingerprint, read_sta
 from pipelines.storage import exists, is_s3, resolve
 
 
-def absolute(uri: str) -> str:
-    return uri if is_s3(uri) or "://" in uri else str(Path(uri).expanduser().absolute())
-
-
 def _read_text(uri: str) -> str | None:
     fs, path = resolve(uri)
     try:
