@@ -19,9 +19,8 @@ from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn import runs
 from pipelines.learn.trainer import RunSpec
-from pipelines.storage import absolute_uri
 from pipelines.learn.weights import FolderPublisher
-from pipelines.storage import exists
+from pipelines.storage import absolute_uri, exists
 
 
 @dataclass(frozen=True)
