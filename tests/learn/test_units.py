@@ -1,0 +1,220 @@
+"""Without Ray: the data cursor, the hub's exactly-once batches, rollout groups -> conversations,
+and which policy versions the publisher keeps."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipelines.agent.turns import TurnRecord
+from pipelines.ingest.tasks import write_task_rows
+from pipelines.learn.batch import rl_batch
+from pipelines.rollout.cursor import Cursor
+from pipelines.rollout.hub import RolloutHub
+from pipelines.rollout.schedule import Limits, Scheduler
+from pipelines.rollout.trajectory import Group, Trajectory
+from tests.learn.rows import synthetic_rows
+
+
+# -- the cursor ------------------------------------------------------------------------------
+
+def test_cursor_start_advances_over_a_contiguous_prefix_only():
+    c = Cursor()
+    for i in (2, 0, 4):
+        c.mark(i)
+    assert c.to_dict() == {"start": 1, "done": [2, 4]}
+    assert [i for i in range(6) if c.skip(i)] == [0, 2, 4]
+    c.mark(1)
+    assert c.to_dict() == {"start": 3, "done": [4]}
+    c.mark(3)
+    assert c.to_dict() == {"start": 5, "done": []}
+    c.mark(0)  # an index below start is already used up: no change
+    assert c.to_dict() == {"start": 5, "done": []}
+
+
+def test_cursor_round_trips_and_defaults_to_the_stream_start():
+    c = Cursor(3, {5, 7})
+    assert Cursor.from_dict(c.to_dict()) == c
+    assert Cursor.from_dict(None) == Cursor() == Cursor.from_dict({})
+    assert not Cursor().skip(0)
+
+
+# -- the hub, on the real scheduler ------------------------------------------------------------
+
+def turn(version: int = 0, version_end: int | None = None, response=(5, 6)) -> TurnRecord:
+    return TurnRecord([1, 2, 3], list(response), [-0.5] * len(response), "stop", False, 8, version,
+                      version if version_end is None else version_end, 0.0)
+
+
+def trajectory(group_id: str, index: int, reward: float, turns: list[TurnRecord]) -> Trajectory:
+    return Trajectory(sample_id=group_id.split("#")[0], group_id=group_id, index=index, turns=turns, memory=[],
+                      answer="", prediction=None, reward=reward, accuracy=0.0, truncated=False, doc_tokens=0,
+                      seconds=0.0, worker="w")
+
+
+class InlineService:
+    """The RolloutService's consumer surface over the real Scheduler; a group "runs" the moment it
+    is dispatched. Rows named in `equal` get all-equal rewards, so dynamic sampling drops them."""
+
+    def __init__(self, rows, equal=(), buffer_groups=4):
+        self.sched = Scheduler(rows, 2, Limits(1, buffer_groups, buffer_groups, 2, None, True))
+        self.equal, self.takes = set(equal), 0
+        self.pulled: list[str] = []  # sample ids in dispatch order
+
+    def _run(self) -> None:
+        while (a := self.sched.next_assignment()) is not None:
+            task = a[0]
+            self.pulled.append(task.row.sample_id)
+            rewards = (1.0, 1.0) if task.row.sample_id in self.equal else (1.0, 0.0)
+            trajs = [trajectory(task.group_id, i, r, [turn()]) for i, r in enumerate(rewards)]
+            self.sched.on_result(Group(task.group_id, task.row.sample_id, trajs), task.attempt)
+
+    def take(self, n, timeout=None):
+        self.takes += 1
+        self._run()
+        return self.sched.take(n)
+
+    def drain_settled(self):
+        out, self.sched.settled = self.sched.settled, []
+        return out
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("tasks") / "rows")
+    write_task_rows(synthetic_rows(12, count=lambda text: len(text.split())), uri)
+    return uri
+
+
+def hub_on(tasks, cursor=None, **kw) -> tuple[RolloutHub, InlineService]:
+    made = {}
+
+    def service(rows):
+        made["s"] = InlineService(rows, **kw)
+        return made["s"]
+    return RolloutHub(None, tasks, cursor=cursor, service=service), made["s"]
+
+
+def ids(groups: list[Group]) -> list[str]:
+    return [g.sample_id for g in groups]
+
+
+def used(cursor: dict) -> set[int]:
+    return set(range(cursor["start"])) | set(cursor["done"])
+
+
+def test_a_step_asked_again_gets_the_same_batch(tasks):
+    hub, service = hub_on(tasks)
+    first = hub.take(2, 1)
+    assert ids(first) == ["r00", "r01"]
+    assert hub.take(2, 1) is first and service.takes == 1  # a restarted learner re-asks step 1
+    hub.ack(1)
+    assert ids(hub.take(2, 2)) == ["r02", "r03"]
+
+
+def test_the_cursor_holds_trained_and_dropped_rows_only_up_to_its_step(tasks):
+    hub, _ = hub_on(tasks, equal={"r01"})
+    assert ids(hub.take(2, 1)) == ["r00", "r02"]  # r01's group was dropped (all-equal rewards)
+    c1 = hub.cursor_for(1)
+    assert used(c1) == {0, 1, 2}  # stream index = row order: r00 trained, r01 dropped, r02 trained
+    hub.ack(1)
+    assert ids(hub.take(2, 2)) == ["r03", "r04"]
+    assert used(hub.cursor_for(1)) == {0, 1, 2}  # step 2 is not in step 1's cursor
+    assert used(hub.cursor_for(2)) == {0, 1, 2, 3, 4}
+    # r05..r08 are buffered (the buffer runs ahead): not used up, so a resume re-runs them
+
+
+def test_a_resumed_hub_skips_every_used_row_and_no_other(tasks):
+    hub, _ = hub_on(tasks, equal={"r01"})
+    hub.take(2, 1)
+    hub.ack(1)
+    hub.take(2, 2)
+    checkpoint = hub.cursor_for(2)  # the learner is killed after this checkpoint: step 3 is lost
+    hub.take(2, 3)
+    resumed, service = hub_on(tasks, cursor=checkpoint)
+    assert ids(resumed.take(2, 3)) == ["r05", "r06"]  # step 3 again, from the first unused row
+    assert service.pulled[:4] == ["r05", "r06", "r07", "r08"]
+    assert used(resumed.cursor_for(3)) == set(range(7))
+
+
+def test_a_cursor_with_holes_reruns_exactly_the_holes(tasks):
+    _, service = hub_on(tasks, cursor={"start": 2, "done": [3, 5]}, buffer_groups=5)
+    service.take(1)
+    assert service.pulled == ["r02", "r04", "r06", "r07", "r08"]
+
+
+def test_the_stream_wraps_around_for_another_pass(tasks):
+    hub, service = hub_on(tasks, cursor={"start": 11, "done": []})
+    assert ids(hub.take(2, 1)) == ["r11", "r00"]
+    assert used(hub.cursor_for(1)) == set(range(13))  # index 12 is r00 of the second pass
+
+
+def test_concurrent_asks_of_one_step_get_one_batch(tasks):
+    """A learner restarted while its first take still waits asks again: one batch, not two."""
+    hub, service = hub_on(tasks)
+    gate, entered = threading.Event(), threading.Event()
+    take = service.take
+
+    def slow_take(n, timeout=None):
+        entered.set()
+        gate.wait(10)
+        return take(n, timeout)
+    service.take = slow_take
+    out: list = []
+    first = threading.Thread(target=lambda: out.append(hub.take(2, 1)))
+    first.start()
+    entered.wait(10)
+    second = threading.Thread(target=lambda: out.append(hub.take(2, 1)))
+    second.start()
+    gate.set()
+    first.join(10)
+    second.join(10)
+    assert len(out) == 2 and out[0] is out[1] and service.takes == 1
+
+
+# -- rollout groups -> conversations -----------------------------------------------------------
+
+def test_every_conversation_of_a_rollout_carries_its_advantage():
+    a = Group("qa#1", "qa", [trajectory("qa#1", 0, 1.0, [turn(), turn(), turn()]),
+                             trajectory("qa#1", 1, 0.0, [turn(), turn(response=())])])
+    b = Group("qb#2", "qb", [trajectory("qb#2", 0, 0.25, [turn()]), trajectory("qb#2", 1, 0.25, [turn()]),
+                             trajectory("qb#2", 2, 1.0, [turn(), turn()])])
+    seqs, fresh = rl_batch([a, b], version=0)
+    # group a: mean 0.5 -> +0.5 (3 conversations), -0.5 (1: an empty response carries no loss);
+    # group b: mean 0.5 -> -0.25, -0.25, +0.5 (2 conversations). No std division (Dr.GRPO).
+    assert [s.advantage for s in seqs] == [0.5] * 3 + [-0.5] + [-0.25, -0.25] + [0.5] * 2
+    assert [s.rollout for s in seqs] == [0, 0, 0, 1, 2, 3, 4, 4]
+    assert all(s.old_logprobs == [-0.5, -0.5] and s.prompt_ids == [1, 2, 3] for s in seqs)
+    assert fresh == [True] * 8
+    normed, _ = rl_batch([a], version=0, norm_std=True)
+    assert normed[0].advantage == pytest.approx(0.5 / (0.5 + 1e-6), rel=1e-4)  # population std 0.5
+
+
+def test_fresh_flags_name_conversations_generated_by_the_current_weights_only():
+    turns = [turn(1), turn(0), turn(1, 2), turn(2)]  # v1; v0 (stale); v1 -> v2 mid-turn; v2
+    g = Group("q#1", "q", [trajectory("q#1", 0, 1.0, turns), trajectory("q#1", 1, 0.0, [turn(1)])])
+    _, fresh = rl_batch([g], version=1)
+    assert fresh == [True, False, False, False, True]
+    assert rl_batch([], version=0) == ([], [])
+
+
+# -- published versions ------------------------------------------------------------------------
+
+def test_pruning_keeps_the_last_versions_and_any_a_checkpoint_may_name(tmp_path, tiny_model_dir):
+    from pipelines.learn.policy import load_model
+    from pipelines.learn.weights import FolderPublisher
+
+    model = load_model(str(tiny_model_dir), "float32")
+    pub = FolderPublisher(str(tmp_path), str(tiny_model_dir), keep=2)
+    kept = lambda: sorted(p.name for p in (tmp_path / "weights").iterdir())  # noqa: E731
+    for v in (1, 2, 3):
+        uri = pub.publish(model, v, keep_from=1)  # the run's index names the checkpoint of v1
+    assert kept() == ["v1", "v2", "v3"]
+    assert (tmp_path / "weights" / "v3" / "model.safetensors").is_file() and uri.endswith("/weights/v3")
+    pub.publish(model, 4, keep_from=3)
+    assert kept() == ["v3", "v4"]
+    pub.publish(model, 5, keep_from=3)  # the index lags: v3 stays, and so does v4 it may name next
+    assert kept() == ["v3", "v4", "v5"]
+    pub.prune(5)  # the run's end: its last checkpoint names v5
+    assert kept() == ["v4", "v5"]
