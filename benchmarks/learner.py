@@ -8,8 +8,8 @@ logprobs instead of the clipped surrogate, with no optimizer: what any learner m
 Also: the padding a padded batcher would add, and publishing a policy against writing its
 safetensors alone.
 
-    .venv/bin/python benchmarks/learner.py            # SmolLM2-135M, 96 conversations, 3 steps each
-    .venv/bin/python benchmarks/learner.py --quick    # 32 conversations, 2 steps
+    .venv/bin/python benchmarks/learner.py            # SmolLM2-135M, 64 conversations, 2 steps each
+    .venv/bin/python benchmarks/learner.py --quick    # 12 conversations, 1 step
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def main() -> None:
                              "learn.token_budget=4096", "learn.freeze_layers=10", *args.overrides])
     torch.set_num_threads(os.cpu_count() or 1)
     model_dir = str(config_model_dir(cfg))
-    n, steps = (32, 2) if args.quick else (96, 3)
+    n, steps = (12, 1) if args.quick else (64, 2)
     batch = conversations(model_dir, n, cfg)
     tokens = sum(len(s.response_ids) for s in batch)
     lengths = [len(s) for s in batch]
