@@ -43,6 +43,9 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None) -> dict:
     steps = req.steps or cfg.learn.steps
     if steps <= 0:
         raise UserError(f"--steps {steps}: must be positive")
+    if not req.sft and cfg.rollout.top_p < 1.0:  # the ratio would divide by a cut distribution
+        raise UserError(f"rollout.top_p={cfg.rollout.top_p}: training samples with top_p=1 (the learner "
+                        "scores the full distribution)")
     model_dir = str(config_model_dir(cfg))
     out = absolute_uri(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
     prior = runs.latest_state(out, model_dir)
