@@ -21,9 +21,8 @@ from pipelines.storage import resolve
 class TraceRows:
     """Task rows (an arrow batch) -> their SFT conversations, one row each (Ray Data map_batches)."""
 
-    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, keep_heldout: bool = False):
-        """Rows whose sample_id falls in the held-back slice (`heldout` of them, by hash) are kept
-        only when keep_heldout; the others only when not."""
+    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0):
+        """Batches leave out the rows of the held-back slice (`heldout` of them, by hash)."""
         from transformers import AutoTokenizer
 
         from pipelines.agent.codec import ChatCodec
@@ -32,7 +31,7 @@ class TraceRows:
 
         self.codec = ChatCodec(AutoTokenizer.from_pretrained(model_dir))
         self.templates, self.limits, self.chunk = get_templates(agent.template), limits_of(agent), agent.chunk_size
-        self.heldout, self.keep_heldout = heldout, keep_heldout
+        self.heldout = heldout
         self.store = None
         if store_uri:
             from pipelines.ingest.store import ChunkStore
@@ -41,13 +40,17 @@ class TraceRows:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from pipelines.ingest.tasks import TaskRow
-        from pipelines.learn.traces import iter_traces
 
         rows = [TaskRow(**r) for r in batch.to_pylist()
-                if held_back(r["sample_id"], self.heldout) == self.keep_heldout]
-        out = [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk)
-               for rec in t.records()]
-        return pa.Table.from_pylist(out, schema=TRACE_SCHEMA)
+                if not held_back(r["sample_id"], self.heldout)]
+        return pa.Table.from_pylist(self.records(rows), schema=TRACE_SCHEMA)
+
+    def records(self, rows: list) -> list[dict]:
+        """One record per conversation of the rows' traces."""
+        from pipelines.learn.traces import iter_traces
+
+        return [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk)
+                for rec in t.records()]
 
 
 TRACE_SCHEMA = pa.schema([("sample_id", pa.string()), ("turn", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
@@ -91,15 +94,7 @@ def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
     if not rows:
         return []
-    fn = TraceRows(model_dir, cfg.agent, store_uri(cfg), cfg.learn.sft_heldout, keep_heldout=True)
-    table = fn(pa.Table.from_pylist([_record(r) for r in rows]))
-    return [seq_of(r) for r in table.to_pylist()]
-
-
-def _record(row) -> dict:
-    from dataclasses import asdict
-
-    return asdict(row)
+    return [seq_of(r) for r in TraceRows(model_dir, cfg.agent, store_uri(cfg)).records(rows)]
 
 
 def seq_of(row: dict) -> TrainSeq:
