@@ -62,7 +62,7 @@ class LearnConfig(Strict):
     sft_heldout: float = Field(0.05, gt=0, lt=1)
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.
-    task: str = "niah_single"
+    task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)
     task_lengths: str | int = "1K"  # document lengths, e.g. "512,768,1024" (K = 1024 tokens)
     task_n: int = Field(256, gt=0)  # rows per length
     # Length curriculum: the train split's rows ordered shortest first (RL starts at 1-2 chunks

@@ -47,9 +47,10 @@ def latest_state(out: str, model_dir: str) -> LearnerState | None:
 
 
 def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
-    """A split of learn.task at learn.task_lengths (documents inline) as task rows in OUT: the
-    train split (learn.task_n rows per length), or the held-out eval split (learn.eval_n per
-    length; the builders keep train and eval questions and keys apart). Lengths interleave."""
+    """A split of learn.task (one task or a comma list) at learn.task_lengths (documents inline) as
+    task rows in OUT: the train split (learn.task_n rows per length and task), or the held-out eval
+    split (learn.eval_n; the builders keep train and eval questions and keys apart). Lengths and
+    tasks interleave; with learn.curriculum the shortest length's rows (tasks interleaved) come first."""
     from transformers import AutoTokenizer
 
     from pipelines.ingest.builders.build import BuildRequest, inline_rows
@@ -63,14 +64,22 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     backend = AutoTokenizer.from_pretrained(model_dir).backend_tokenizer
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
     n = lc.task_n if split == "train" else lc.eval_n
-    streams = [inline_rows(BuildRequest(task=lc.task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
-                                        split=split), t, count) for t in sorted(parse_lengths(str(lc.task_lengths)))]
+    tasks = [t.strip() for t in lc.task.split(",") if t.strip()]
+    streams = [inline_rows(BuildRequest(task=task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
+                                        split=split), t, count)
+               for t in sorted(parse_lengths(str(lc.task_lengths))) for task in tasks]
     if lc.curriculum and split == "train":  # streams follow sorted lengths: the shortest rows first
-        ordered = itertools.chain(*streams)
+        ordered = interleave(streams[i:i + len(tasks)] for i in range(0, len(streams), len(tasks)))
     else:
-        ordered = (row for rows in itertools.zip_longest(*streams) for row in rows if row is not None)
+        ordered = interleave([streams])
     write_task_rows(ordered, uri)
     return uri
+
+
+def interleave(stream_sets) -> "itertools.chain":
+    """Rows of each set of streams taken in turn (one from each stream), the sets one after another."""
+    return itertools.chain.from_iterable(
+        (row for rows in itertools.zip_longest(*streams) for row in rows if row is not None) for streams in stream_sets)
 
 
 def check_tasks(uri: str, need_evidence: bool) -> None:
