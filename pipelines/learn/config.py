@@ -32,6 +32,8 @@ class LearnConfig(Strict):
     # Tokens one micro-batch packs (prompt + response of whole conversations, no padding).
     token_budget: int = Field(8192, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # Mixed precision: bf16 matmuls over these float32 weights (pipelines/learn/forward.py).
+    autocast: bool = False
     # Cheaper steps: train only the top layers (freeze_layers lower decoder layers and the
     # embeddings stay fixed), or LoRA adapters (merged into plain HF folders when saved).
     freeze_layers: int = Field(0, ge=0)

@@ -101,7 +101,7 @@ class Policy:
         tally, gap, gap_n, total = Tally(), 0.0, 0, 0.0
         for micro in plan_micro_batches([len(batch[i]) for i in mine], self.cfg.token_budget):
             packed = pack(batch, [mine[j] for j in micro], self.cfg.loss_agg, weights)
-            logp = response_logprobs(self.model, packed, self.temperature)
+            logp = response_logprobs(self.model, packed, self.temperature, self.cfg.autocast)
             loss, metrics = self._loss(packed, logp, sft)
             loss.backward()
             tally.add(metrics)
@@ -127,7 +127,7 @@ class Policy:
         ref = None
         if self.ref is not None:
             with torch.no_grad():
-                ref = response_logprobs(self.ref, packed, self.temperature)
+                ref = response_logprobs(self.ref, packed, self.temperature, self.cfg.autocast)
         c = self.cfg
         return multi_conv_dapo_loss(logp, packed.old_logprobs, packed.advantages, packed.mask, eps_low=c.eps_low,
                                     eps_high=c.eps_high, ref_logprobs=ref, kl_coef=c.kl_coef, weights=packed.weights)
@@ -139,6 +139,7 @@ class Policy:
         total = 0.0
         for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
             packed = pack(seqs, micro, "token_mean", weights)
-            loss, _ = sft_loss(response_logprobs(self.model, packed, 1.0), packed.mask, packed.weights)
+            logp = response_logprobs(self.model, packed, 1.0, self.cfg.autocast)
+            loss, _ = sft_loss(logp, packed.mask, packed.weights)
             total += loss.item()
         return total

@@ -90,6 +90,20 @@ def test_packed_logprobs_equal_each_sequence_alone(model):
     assert torch.allclose(together, alone, atol=1e-5)
 
 
+def test_autocast_logprobs_are_close_and_train_the_float32_weights(model):
+    seqs = _seqs()
+    packed = pack(seqs, list(range(len(seqs))))
+    with torch.no_grad():
+        exact = response_logprobs(model, packed)
+    mixed = response_logprobs(model, packed, autocast=True)
+    assert mixed.dtype == torch.float32
+    assert (mixed.detach() - exact).abs().mean() < 0.02  # bf16 body, float32 head
+    mixed.sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+    model.zero_grad(set_to_none=True)
+
+
 def test_logprobs_at_temperature_match_full_logits(model):
     seqs = _seqs((1,), seed=3)
     s = seqs[0]
