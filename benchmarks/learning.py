@@ -1,17 +1,21 @@
 """Learning evidence: held-out sub_em of the base model, after the SFT warm start, and after RL
 from the SFT checkpoint, on documents as long as the training ones (1x) and 4x longer, with
-the no-memory truncation baseline beside the longest.
+the no-memory truncation baseline beside the longest, and the paired RL - SFT difference.
 
 Every stage resumes: training runs checkpoint (`memagent train --resume`), evaluation cells
-are the ladder's resumable cells under benchmarks/results/learning/ (committed as they land),
+are the ladder's resumable cells under benchmarks/results/learning/ (commit them as they land),
 so the benchmark can be stopped and re-run across sessions.
 
-    .venv/bin/python benchmarks/learning.py                      # niah_single + niah_multikey, n=200
+    .venv/bin/python benchmarks/learning.py                      # niah_single + niah_multikey
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
 
-Training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K.
-The last line is one JSON object: {"table": {model: {task: {length: sub_em}}}, "n": ...}.
+Training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K. The
+cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation at
+4x) have n = --n (200); the others n = --n-other (64). Rows are the ladder's held-out split, the
+same questions for every model, so RL - SFT is a paired difference.
+The last line is one JSON object: {"base", "sft", "rl": {task: {length: sub_em}}, "ci95": {task:
+{length: {method: [mean, lo, hi]}}}, "paired": {task: {length: [mean, lo, hi, n]}}, "train_minutes"}.
 """
 
 from __future__ import annotations
@@ -20,19 +24,39 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
+from pipelines.eval.stats import paired_diff  # noqa: E402
 
 AGENT = ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"]
-# The SFT recipe (configs/sft-smollm2.yaml explains each choice).
-SFT = ["--config", "configs/sft-smollm2.yaml"]
-RL = ["--config", "configs/rl-smollm2.yaml"]
+PRESET = {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"}  # each choice explained there
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",
-        "eval.concurrency=32"]
+        "eval.concurrency=32", "track.enabled=false"]
+
+
+@dataclass(frozen=True)
+class Cells:
+    """One `memagent eval` run: a model's method at one length, on every task, n rows each."""
+
+    model: str  # base | sft | rl
+    method: str  # memagent | truncation
+    length: str
+    n: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.method}-{self.length}-n{self.n}"
+
+
+def plan(n: int, n_other: int) -> list[Cells]:
+    return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "1K", n), Cells("sft", "memagent", "4K", n),
+            Cells("rl", "memagent", "4K", n), Cells("rl", "truncation", "4K", n), Cells("base", "memagent", "4K", n_other),
+            Cells("rl", "memagent", "1K", n_other), Cells("sft", "truncation", "4K", n_other)]
 
 
 def sh(cmd: list[str]) -> str:
@@ -43,26 +67,57 @@ def sh(cmd: list[str]) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def train(kind: str, work: Path, extra: list[str], steps: int) -> str:
-    """Run (or resume) one training stage; returns its model folder."""
+def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str]) -> dict:
+    """Run (or resume) one training stage; returns its JSON line (model, steps, minutes)."""
     out = work / kind
     done = out / "done.json"
     if done.exists():
-        return json.loads(done.read_text())["model"]
+        return json.loads(done.read_text())
     resume = ["--resume"] if (out / "learner" / "checkpoint_manager_snapshot.json").exists() else []
     flags = ["--sft"] if kind == "sft" else []
-    line = sh([sys.executable, "-m", "pipelines.cli", "train", *flags, *resume, "--steps", str(steps),
-               "--out", str(out), *extra])
+    line = sh([sys.executable, "-m", "pipelines.cli", "--config", PRESET[kind], "train", *flags, *resume,
+               "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
     done.write_text(line)
-    return json.loads(line)["model"]
+    return json.loads(line)
 
 
-def evaluate(model: str, name: str, results: Path, tasks: str, lengths: str, n: int, methods: str) -> dict:
-    """The ladder's cells for one model (resumable); {task: {length: {method: summary}}}."""
-    out = results / name / methods
-    sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths", lengths,
-        "--n", str(n), "--methods", methods, "--out", str(out), *AGENT, *EVAL, "track.enabled=false"])
-    return json.loads((out / "summary.json").read_text())["table"]
+def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
+    """The ladder's cells (resumable); returns their folder."""
+    out = results / cells.name
+    if not (out / "summary.json").exists():
+        sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
+            cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *AGENT, *EVAL])
+    return out
+
+
+def scores(folder: Path, task: str, length: str, method: str) -> dict[str, float]:
+    import pyarrow.parquet as pq
+
+    path = folder / "cells" / task / length / f"{method}.parquet"
+    rows = pq.read_table(path, columns=["sample_id", "sub_em"]).to_pylist() if path.exists() else []
+    return {r["sample_id"]: r["sub_em"] for r in rows}
+
+
+def summarize(done: dict[Cells, Path], tasks: list[str]) -> dict:
+    ci95: dict = {}
+    for cells, folder in done.items():
+        table = json.loads((folder / "summary.json").read_text())["table"]
+        label = cells.model if cells.method == "memagent" else f"{cells.model}/{cells.method}"
+        for task in tasks:
+            s = table[task][cells.length][cells.method]
+            ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = [
+                round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1), round(100 * s["sub_em_hi"], 1), s["n"]]
+    paired: dict = {}
+    by = {(c.model, c.method, c.length): f for c, f in done.items()}
+    for task in tasks:
+        for length in ("1K", "4K"):
+            if ("sft", "memagent", length) in by and ("rl", "memagent", length) in by:
+                m, lo, hi, n = paired_diff(scores(by["sft", "memagent", length], task, length, "memagent"),
+                                           scores(by["rl", "memagent", length], task, length, "memagent"))
+                paired.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
+    means = {model: {t: {ln: v[model][0] for ln, v in ci95.get(t, {}).items() if model in v} for t in tasks}
+             for model in ("base", "sft", "rl")}
+    return {**means, "ci95": ci95, "paired_rl_minus_sft": paired}
 
 
 def main() -> None:
@@ -70,28 +125,34 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--stages", default="sft,rl,eval")
     p.add_argument("--tasks", default="niah_single,niah_multikey")
-    p.add_argument("--n", type=int)
+    p.add_argument("--n", type=int, help="rows of the cells that carry a target (default 200)")
+    p.add_argument("--n-other", type=int, help="rows of the other cells (default 64)")
+    p.add_argument("--sft-steps", type=int)
+    p.add_argument("--rl-steps", type=int)
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
-    n = args.n or (16 if args.quick else 200)
+    n, n_other = args.n or (16 if args.quick else 200), args.n_other or (16 if args.quick else 64)
+    sft_steps = args.sft_steps or (4 if args.quick else 30)
+    rl_steps = args.rl_steps or (2 if args.quick else 40)
     work, results = Path(args.work), Path(args.results)
     work.mkdir(parents=True, exist_ok=True)
     stages = set(args.stages.split(","))
-    sft_steps, rl_steps = (4, 2) if args.quick else (120, 60)
-    models = {"base": "smollm2"}
+    runs, models = {}, {"base": "smollm2"}
     if "sft" in stages or (work / "sft" / "done.json").exists():
-        models["sft"] = train("sft", work, SFT, sft_steps)
+        runs["sft"] = train("sft", work, args.tasks, sft_steps, [])
+        models["sft"] = runs["sft"]["model"]
     if "rl" in stages or (work / "rl" / "done.json").exists():
-        models["rl"] = train("rl", work, [*RL, f"model.path={models['sft']}"], rl_steps)
-    table: dict = {}
+        runs["rl"] = train("rl", work, args.tasks, rl_steps, [f"model.path={models['sft']}"])
+        models["rl"] = runs["rl"]["model"]
+    done = {}
     if "eval" in stages:
-        for name, model in models.items():
-            table[name] = evaluate(model, name, results, args.tasks, "1K,4K", n, "memagent")
-            table[f"{name}/truncation"] = evaluate(model, name, results, args.tasks, "4K", n, "truncation")
-    (results / "summary.json").parent.mkdir(parents=True, exist_ok=True)
-    (results / "summary.json").write_text(json.dumps({"table": table, "n": n, "models": models}, indent=1))
-    finish({"table": table, "n": n})
+        done = {c: evaluate(c, models[c.model], results, args.tasks) for c in plan(n, n_other) if c.model in models}
+    summary = {**summarize(done, args.tasks.split(",")), "models": models,
+               "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "summary.json").write_text(json.dumps(summary, indent=1))
+    finish(summary)
 
 
 if __name__ == "__main__":

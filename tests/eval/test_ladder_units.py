@@ -9,7 +9,7 @@ from pipelines.errors import UserError
 from pipelines.eval.report import flat_metrics, format_table
 from pipelines.eval.results import summarize
 from pipelines.eval.rows import nearest_length
-from pipelines.eval.stats import mean_ci, parse_length
+from pipelines.eval.stats import mean_ci, paired_diff, parse_length
 
 
 def test_parse_length():
@@ -35,6 +35,15 @@ def test_mean_ci_fractional_is_normal():
     assert mean == pytest.approx(0.6)
     assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.796, abs=1e-3)
     assert all(math.isnan(x) for x in mean_ci([]))
+
+
+def test_paired_diff_uses_the_common_samples_only():
+    before = {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0, "x": 1.0}
+    after = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0, "y": 0.0}
+    mean, lo, hi, n = paired_diff(before, after)  # diffs 1, 0, 1, 0: sd 0.577, se 0.289, half 0.566
+    assert (n, mean) == (4, 0.5)
+    assert lo == pytest.approx(-0.066, abs=1e-3) and hi == pytest.approx(1.066, abs=1e-3)
+    assert paired_diff({"a": 1.0}, {"b": 1.0})[3] == 0
 
 
 def test_head_tail_keeps_both_ends_streamed():
