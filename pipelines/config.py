@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipelines.agent.config import AgentConfig
+from pipelines.cluster.config import ClusterConfig
 from pipelines.engine.config import EngineConfig
 from pipelines.errors import UserError
 from pipelines.eval.config import EvalConfig
@@ -56,6 +57,7 @@ class Config(Strict):
     ingest: IngestConfig = IngestConfig()
     rollout: RolloutConfig = RolloutConfig()
     learn: LearnConfig = LearnConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @property
     def home_path(self) -> Path:
