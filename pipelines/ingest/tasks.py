@@ -129,8 +129,8 @@ def write_task_rows(rows: Iterable[TaskRow], uri: str) -> int:
     return n
 
 
-def read_task_rows(uri: str) -> Iterator[TaskRow]:
-    """Rows of a parquet file or of every parquet file in a folder / prefix, streamed."""
+def task_files(uri: str) -> list[str]:
+    """The parquet files of task rows: the file itself, or a folder's / prefix's, sorted (as URIs)."""
     fs, path = resolve(uri)
     try:
         info = fs.get_file_info(path)
@@ -141,7 +141,13 @@ def read_task_rows(uri: str) -> Iterator[TaskRow]:
     paths = [path] if info.type == pafs.FileType.File else list_parquet(fs, path)
     if not paths:
         raise UserError(f"task rows '{uri}': no parquet files")
-    for p in paths:
+    return [f"s3://{p}" if uri.startswith("s3://") else p for p in paths]
+
+
+def read_task_rows(uri: str) -> Iterator[TaskRow]:
+    """Rows of a parquet file or of every parquet file in a folder / prefix, streamed."""
+    fs, _ = resolve(uri)
+    for p in (resolve(f)[1] for f in task_files(uri)):
         try:
             pf = pq.ParquetFile(p, filesystem=fs)
             names = _columns(uri, pf.schema_arrow)

@@ -101,7 +101,7 @@ def final_model(out: str, state: LearnerState, sft: bool) -> str:
     if sft:
         best = f"{out}/best"
         if not exists(f"{best}/config.json"):
-            raise UserError(f"out '{out}': no best model (was there a held-back slice?)")
+            raise UserError(f"out '{out}': no best model (the run ended before its first checkpoint)")
         return best
     if not state.weights:
         raise UserError(f"out '{out}': no policy was published")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import ray
 
 from pipelines.learn.packing import TrainSeq
-from pipelines.storage import resolve
 
 
 class TraceRows:
@@ -38,12 +39,10 @@ class TraceRows:
 
             self.store = ChunkStore(store_uri)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        from pipelines.ingest.tasks import TaskRow
-
-        rows = [TaskRow(**r) for r in batch.to_pylist()
-                if not held_back(r["sample_id"], self.heldout)]
-        return pa.Table.from_pylist(self.records(rows), schema=TRACE_SCHEMA)
+    def table(self, rows: list) -> pa.Table:
+        """The conversations of the task rows not held back."""
+        kept = [r for r in rows if not held_back(r.sample_id, self.heldout)]
+        return pa.Table.from_pylist(self.records(kept), schema=TRACE_SCHEMA)
 
     def records(self, rows: list) -> list[dict]:
         """One record per conversation of the rows' traces."""
@@ -53,6 +52,7 @@ class TraceRows:
                 for rec in t.records()]
 
 
+ROWS = 16
 TRACE_SCHEMA = pa.schema([("sample_id", pa.string()), ("turn", pa.int32()), ("prompt_ids", pa.list_(pa.int32())),
                           ("response_ids", pa.list_(pa.int32())), ("is_final", pa.bool_())])
 
@@ -65,16 +65,18 @@ def held_back(sample_id: str, fraction: float) -> bool:
 def sft_datasets(tasks: str, model_dir: str, cfg) -> dict[str, Any]:
     """The train conversations as a Ray Dataset, streamed from the task rows (the held-back
     slice is left out; the learner's rank 0 builds that small slice itself)."""
+    from pipelines.ingest.tasks import task_files
     from pipelines.rollout.core import store_uri
 
-    fs, path = resolve(tasks)
-    rows = ray.data.read_parquet(path, filesystem=fs, num_cpus=0.25)
-    # A task map with a per-process cache, not an actor pool: beside a Ray Train worker on a
-    # small machine, Ray Data gave the read no budget while an actor pool held its share.
-    return {"train": rows.map_batches(
-        trace_batch, fn_kwargs={"model_dir": model_dir, "agent": cfg.agent, "store": store_uri(cfg),
+    # The files are listed here, and each task streams its file in small batches: no Ray
+    # Data read (its listing task asks for a whole CPU, which a small machine whose CPUs the
+    # learner and idle rollout engines hold never frees) and no actor pool (beside a Ray Train
+    # worker, Ray Data gave the read no budget while an actor pool held its share).
+    files = ray.data.from_items([{"uri": u} for u in task_files(tasks)])
+    return {"train": files.map_batches(
+        trace_files, fn_kwargs={"model_dir": model_dir, "agent": cfg.agent, "store": store_uri(cfg),
                                 "heldout": cfg.learn.sft_heldout},
-        batch_format="pyarrow", batch_size=16, num_cpus=0.25)}
+        batch_format="pyarrow", batch_size=1, num_cpus=0.25)}
 
 
 @functools.lru_cache(maxsize=4)
@@ -82,8 +84,15 @@ def _tracer(model_dir: str, agent, store: str | None, heldout: float) -> TraceRo
     return TraceRows(model_dir, agent, store, heldout)
 
 
-def trace_batch(batch: pa.Table, model_dir: str, agent, store: str | None, heldout: float) -> pa.Table:
-    return _tracer(model_dir, agent, store, heldout)(batch)
+def trace_files(batch: pa.Table, model_dir: str, agent, store: str | None, heldout: float) -> Iterator[pa.Table]:
+    """Each file's conversations, ROWS task rows at a time (memory stays bounded)."""
+    from pipelines.ingest.tasks import read_task_rows
+
+    tracer = _tracer(model_dir, agent, store, heldout)
+    for uri in batch.column("uri").to_pylist():
+        rows = read_task_rows(uri)
+        while chunk := list(itertools.islice(rows, ROWS)):
+            yield tracer.table(chunk)
 
 
 def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:

@@ -233,10 +233,11 @@ def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: 
 
 
 def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict) -> None:
-    if not heldout:
-        return
-    metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
-    if state.best_loss is None or loss < state.best_loss:
+    """OUT/best: the model of lowest held-back loss so far; the latest one when no row is held back."""
+    loss = None
+    if heldout:
+        metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
+    if loss is None or state.best_loss is None or loss < state.best_loss:
         state.best_loss = loss
         with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
             publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best"), f"{run.out}/best")

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import asdict
 
-import pyarrow as pa
 
 from pipelines.agent.config import AgentConfig
 from pipelines.engine.base import GenRequest, Sampling
@@ -24,8 +22,8 @@ def test_sft_on_a_constant_answer_learns_to_box_it(tmp_path, tiny_model_dir, tok
     agent = AgentConfig(chunk_size=128, memory_budget=16, final_budget=8)
     count = token_counter(tokenizer)
     rows = [r for n in (4, 8) for r in synthetic_rows(1, count, answer=lambda i: "7", repeats=n)]
-    # The Ray Data map of `memagent train --sft`, called directly: rows -> trace conversations.
-    traces = TraceRows(str(tiny_model_dir), agent, None)(pa.Table.from_pylist([asdict(r) for r in rows])).to_pylist()
+    # What the Ray Data map of `memagent train --sft` does to each batch of rows, called directly.
+    traces = TraceRows(str(tiny_model_dir), agent, None).table(rows).to_pylist()
     finals = [t for t in traces if t["is_final"]]
     assert len(finals) == 2 and len(traces) > 2
     assert {tokenizer.decode(t["response_ids"], skip_special_tokens=True) for t in finals} == {"\\boxed{7}"}
