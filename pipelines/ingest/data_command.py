@@ -1,7 +1,12 @@
-"""`memagent data build`: offline long-context task datasets (rows + documents in the store).
+"""`memagent data`: offline long-context task datasets (build), or your own QA rows (import);
+both leave task rows, and their documents in the chunk store.
 
     memagent data build --task niah_single --lengths 8K,32K --n 16 --seed 0 --out s3://b/tasks/niah
     memagent data build --task hotpotqa --split eval --lengths 8K --n 128 --out .memagent/tasks/hqa
+    memagent data import --input my_qa.jsonl --out .memagent/tasks/mine.parquet
+
+`data import` rows: question, answers, and one of document / document_uri / doc_id
+(pipelines/ingest/user_data.py); bad rows go to <out>.quarantine.jsonl.
 """
 
 from __future__ import annotations
@@ -21,10 +26,26 @@ def add_arguments(p) -> list:
     b.add_argument("--store", help="chunk store for the documents (default: ingest.store)")
     b.add_argument("--haystack", default="noise", choices=["noise", "essay"], help="RULER haystack")
     b.add_argument("--values", default="numbers", choices=["numbers", "uuids"], help="RULER needle values")
-    return [b]
+    i = sub.add_parser("import", help="import your own QA rows (jsonl or parquet) as task rows")
+    i.add_argument("--input", required=True, help="a .jsonl(.gz) or .parquet file of QA rows, local or s3://")
+    i.add_argument("--out", required=True, help="task rows: a .parquet file or a folder, local or s3://")
+    i.add_argument("--store", help="chunk store for the documents (default: ingest.store)")
+    i.add_argument("--task", default="import", help="task name written in every row")
+    i.add_argument("--split", default="train", choices=["train", "eval"], help="split of rows that name none")
+    return [b, i]
 
 
 def run(cfg, args) -> None:
+    if args.data_command == "import":
+        from pipelines.ingest.user_data import ImportRequest, import_rows
+
+        req = ImportRequest(input=args.input, out=args.out, store=args.store or cfg.ingest.store,
+                            task=args.task, split=args.split)
+        summary = import_rows(req, cfg)
+        for example in summary.examples:
+            print(example)
+        print(summary.line(req))
+        return
     from pipelines.ingest.builders.build import BuildRequest, build
 
     req = BuildRequest(task=args.task, lengths=args.lengths, n=args.n, seed=args.seed, split=args.split,
