@@ -7,6 +7,10 @@ arguments, e.g. `memagent ask --doc d.txt --question q agent.chunk_size=1024`.
 
 SIGTERM stops a command as Ctrl-C does, and a local Ray it started is shut down with it
 (pipelines/raylife.py); the exit status is then 128 + the signal's number.
+
+Library logs (vLLM, Ray, transformers, their tqdm bars and warnings) go to a file under the
+home, named once on stderr; `--verbose` or MEMAGENT_LOG=debug shows them (pipelines/logs.py).
+Errors print as one line; an unexpected one also leaves its traceback in that file.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import signal
 import sys
 
-from pipelines import raylife
+from pipelines import logs, raylife
 from pipelines.errors import UserError
 
 # name -> (module, help). Adding a command is one line here plus the module.
@@ -36,18 +40,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _quiet_libraries() -> None:
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+VERBOSE = "show library logs (vLLM, Ray, transformers) here instead of in a log file under the home"
 
 
 def add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memagent", description="Train and serve MemAgent memory agents on Ray.")
     p.add_argument("--config", help="YAML config (default: configs/local.yaml)")
+    p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     sub = p.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
@@ -60,27 +64,40 @@ def dispatch(args: argparse.Namespace) -> None:
     from pipelines.config import load_config
 
     cfg = load_config(args.config, args.overrides)
+    logs.route(cfg.home_path, args.verbose)
     if cfg.s3.endpoint_url:
         os.environ["AWS_ENDPOINT_URL"] = cfg.s3.endpoint_url
     importlib.import_module(COMMANDS[args.command][0]).run(cfg, args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
         with raylife.guard():
             dispatch(args)
     except UserError as e:
-        from pipelines.track.redact import env_secrets, redact
-
-        print(f"memagent: error: {redact(str(e), env_secrets())}", file=sys.stderr)
+        error(str(e))
         return 2
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print("memagent: interrupted" if signum == signal.SIGINT else f"memagent: stopped ({e})", file=sys.stderr)
+        stopped = "memagent: interrupted" if signum == signal.SIGINT else f"memagent: stopped ({e})"
+        print(stopped, file=logs.console())
         return 128 + signum
+    except Exception as e:
+        if logs.log_path() is None:
+            raise
+        logs.log_exception(e)
+        error(f"{e.__class__.__name__}: {(str(e).strip().splitlines() or [''])[-1]} (traceback in {logs.log_path()})")
+        return 1
+    finally:
+        logs.restore()
     return 0
+
+
+def error(message: str) -> None:
+    from pipelines.track.redact import env_secrets, redact
+
+    print(f"memagent: error: {redact(message, env_secrets())}", file=logs.console())
 
 
 if __name__ == "__main__":

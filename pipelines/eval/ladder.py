@@ -16,10 +16,10 @@ MLflow as `eval/{task}/{length}/{sub_em,em,f1}`.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
+from pipelines import logs
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
 from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
@@ -82,17 +82,18 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     """Unfinished cells on one set of rollout workers, one stream per method. workers: actors
     started with rollout_config(cfg) to reuse (else started here and stopped at the end)."""
     import ray
-    from tqdm import tqdm
     from transformers import AutoTokenizer
 
     from pipelines.models import config_model_dir
+    from pipelines.progress import Progress
     from pipelines.rollout.service import ensure_ray
     from pipelines.rollout.worker import close_workers, start_workers
 
     rcfg = rollout_config(cfg)
     path = config_model_dir(cfg)
     own_ray = workers is None and not ray.is_initialized()
-    bar = tqdm(total=len(todo) * cfg.eval.n, desc="eval", unit="sample", file=sys.stderr, mininterval=2)
+    bar = Progress("eval", total=len(todo) * cfg.eval.n, unit="row")
+    bar.set(cells=0)
     pool = list(workers or [])
     try:
         if workers is None:
@@ -137,21 +138,24 @@ def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenize
             else:
                 for t in item.trajectories:
                     book.add_trajectory(t)
-            bar.update(1)
-            save_complete(book, out, tracker)
+            bar.update(1, cells=bar.fields["cells"] + save_complete(book, out, tracker))
             save_parts(book, out, e.checkpoint_rows)
-        save_complete(book, out, tracker)
+        bar.update(0, cells=bar.fields["cells"] + save_complete(book, out, tracker))
     finally:
         save_parts(book, out, 1)  # whatever an error or Ctrl-C leaves held
     if book.unfinished():
         raise RuntimeError(f"eval: rows of {book.unfinished()} never came back from the rollout workers")
 
 
-def save_complete(book, out: str, tracker: Tracker) -> None:
+def save_complete(book, out: str, tracker: Tracker) -> int:
+    """Write the cells whose last row is in; returns how many."""
+    n = 0
     for cell, records in book.complete():
         write_cell(records, cell_uri(out, *cell))
         clear_parts(parts_uri(out, *cell))
         tracker.log_metrics(flat_metrics({cell: summarize(records)}))
+        n += 1
+    return n
 
 
 def save_parts(book, out: str, at_least: int) -> None:
@@ -210,7 +214,7 @@ def main(cfg: Config, workers: list | None = None) -> dict:
     check_meta(out, {"version": RECORD_VERSION, "model": cfg.model.path, "agent": cfg.agent.model_dump(),
                      "window": window(cfg), "seed": cfg.eval.seed, "n": cfg.eval.n, "dataset": cfg.eval.dataset})
     todo = [c for c in cells if not has_cell(cell_uri(out, *c))]
-    print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=sys.stderr)
+    print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=logs.console())
     tracker = create_tracker(cfg)
     tags = {"dataset": cfg.eval.dataset, "store": cfg.eval.store, "eval_out": out}
     with command_run(tracker, cfg, "eval", tags=tags):

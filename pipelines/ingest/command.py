@@ -3,7 +3,8 @@
     memagent ingest --source s3://corpus/raw --store s3://corpus/store ingest.chunk_size=1024
     memagent ingest --source 'data/*.jsonl.gz' --store .memagent/store ingest.text_field=body
 
-Prints a summary; exits non-zero only when nothing could be ingested.
+Shows objects done (with documents and chunks) on stderr as they commit; prints a summary;
+exits non-zero only when nothing could be ingested.
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ def run(cfg, args) -> None:
     from dataclasses import asdict
 
     from pipelines.ingest.pipeline import ingest
-
+    from pipelines.progress import Progress
     from pipelines.track import metrics as m
     from pipelines.track.tracker import command_run, create_tracker
 
     store = args.store or cfg.ingest.store
     tracker = create_tracker(cfg)
-    with command_run(tracker, cfg, "ingest", tags={"source": args.source, "store": store}):
+    with (command_run(tracker, cfg, "ingest", tags={"source": args.source, "store": store}),
+          Progress("ingest", unit="object") as bar):
         start = time.perf_counter()
-        summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path)
+        summary = ingest(args.source, store, cfg.ingest, cfg.model.path, cfg.home_path,
+                         lambda s, n: bar.set(s.objects, n, documents=s.documents, chunks=s.chunks))
         seconds = max(time.perf_counter() - start, 1e-9)
         tracker.log_metrics({m.INGEST_DOCUMENTS: summary.documents, m.INGEST_CHUNKS: summary.chunks,
                              m.INGEST_TOKENS: summary.tokens, m.INGEST_QUARANTINED: summary.quarantined,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -169,8 +169,10 @@ def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_re
             ray.shutdown()
 
 
-def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Path) -> IngestSummary:
-    """Ingest every object of `source` not yet in `store` at its current version."""
+def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Path,
+           on_object: Callable[[IngestSummary, int], None] | None = None) -> IngestSummary:
+    """Ingest every object of `source` not yet in `store` at its current version.
+    on_object(summary, n_pending) runs after each object is counted (progress displays)."""
     objects, not_matching = list_sources(source, cfg.patterns)
     store = absolute_uri(store)  # actors have another cwd
     fs, root = resolve(store)
@@ -190,6 +192,8 @@ def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Pat
         try:
             for result in run(pending, store, cfg, model_ref, home):
                 committer.add(result, summary)
+                if on_object is not None:
+                    on_object(summary, len(pending))
         finally:
             committer.flush()
         manifest.compact()

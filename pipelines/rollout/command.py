@@ -4,7 +4,8 @@
         rollout.group_size=4 rollout.workers=1 agent.chunk_size=512 agent.memory_budget=64
 
 Re-running with the same --out skips samples already written (resume). No learner runs, so
-the policy never changes: no staleness bound applies. Prints the rollout metrics at the end.
+the policy never changes: no staleness bound applies. Shows the groups settled (written,
+filtered, quarantined) on stderr as they come; prints the rollout metrics at the end.
 """
 
 from __future__ import annotations
@@ -33,8 +34,27 @@ def command_config(cfg: Config, req: RolloutRequest) -> Config:
     return cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update=update)})
 
 
+def row_count(uri: str) -> int:
+    """Rows in the task files, from parquet metadata: the total to show, without reading documents."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipelines.ingest.manifest import list_parquet
+    from pipelines.storage import resolve
+
+    fs, path = resolve(uri)
+    paths = [path] if fs.get_file_info(path).type == pafs.FileType.File else list_parquet(fs, path)
+    return sum(pq.ParquetFile(p, filesystem=fs).metadata.num_rows for p in paths)
+
+
+def show(bar, stats: dict) -> None:
+    bar.set(stats["delivered"] + stats["filtered"] + stats["quarantined"], filtered=stats["filtered"],
+            quarantined=stats["quarantined"])
+
+
 def main(cfg: Config, req: RolloutRequest) -> dict:
     from pipelines.ingest.tasks import read_task_rows
+    from pipelines.progress import Progress
     from pipelines.rollout.metrics import MetricsTally
     from pipelines.rollout.rewards import load_reward
     from pipelines.rollout.service import RolloutService
@@ -51,8 +71,10 @@ def main(cfg: Config, req: RolloutRequest) -> dict:
         raise UserError(f"task rows '{req.tasks}': no rows")
     rows = (r for r in read_task_rows(req.tasks) if r.sample_id not in done)
     rows = itertools.islice(rows, req.limit) if req.limit is not None else rows
+    total = max(row_count(req.tasks) - len(done), 0)
+    total = min(total, req.limit) if req.limit is not None else total
     tally, pending, written = MetricsTally(), [], 0
-    with RolloutService(cfg, rows).start() as service:
+    with RolloutService(cfg, rows).start() as service, Progress("rollout", total, unit="group") as bar:
         start = time.perf_counter()
         while groups := service.take(1):
             pending += groups
@@ -60,11 +82,13 @@ def main(cfg: Config, req: RolloutRequest) -> dict:
             if len(pending) >= cfg.rollout.part_groups:
                 writer.write(pending)
                 written, pending = written + len(pending), []
+            show(bar, service.stats())
         if pending:
             writer.write(pending)
             written += len(pending)
         seconds = time.perf_counter() - start
         stats = service.stats()
+        show(bar, stats)
         writer.write_quarantine(service.quarantine)
     metrics = tally.metrics(stats["filtered"], seconds)
     return {"groups": written, "skipped_done": len(done), "filtered": stats["filtered"],

