@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipelines.agent.turns import Response
-from pipelines.engine.base import Engine, GenRequest, Sampling
+from pipelines.engine.base import Delta, Engine, GenRequest, Sampling
 from pipelines.engine.config import EngineConfig
 
 
@@ -21,4 +21,4 @@ def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine
     return HFEngine(model_dir, cfg.dtype, version)
 
 
-__all__ = ["Engine", "EngineConfig", "GenRequest", "Response", "Sampling", "create_engine"]
+__all__ = ["Delta", "Engine", "EngineConfig", "GenRequest", "Response", "Sampling", "create_engine"]

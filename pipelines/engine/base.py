@@ -1,13 +1,16 @@
-"""The engine interface: one async call that turns a prompt into sampled tokens.
+"""The engine interface: one async call that turns a prompt into sampled tokens, and its
+streamed twin that hands out the text as it is sampled (OpenAI `stream: true`).
 
 Every engine returns the agent's `Response` record (pipelines.agent.turns), so loops are fed
 what engines return without translation. Logprobs, when asked for, are of the distribution
-actually sampled from (after temperature and top_p): what a PPO/DAPO ratio needs.
+actually sampled from (after temperature and top_p): what a PPO/DAPO ratio needs. Stop
+strings end generation and, as in OpenAI's API, are not part of the returned text.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from pipelines.agent.turns import Response
@@ -20,6 +23,7 @@ class Sampling:
     top_p: float = 1.0
     seed: int | None = None
     logprobs: bool = False  # logprob of each sampled token (behaviour policy)
+    stop: tuple[str, ...] = ()  # generation ends at the first; the text returned stops before it
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,24 @@ class GenRequest:
             raise ValueError("GenRequest needs exactly one of prompt_ids or messages")
 
 
+@dataclass(frozen=True)
+class Delta:
+    """One piece of a streamed generation: text new since the previous piece (never a piece of a
+    stop string, never half a character), the tokens sampled since, and on the last piece only,
+    why generation ended ("stop" or "length")."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
 class Engine(Protocol):
     tokenizer: Any
     version: int
 
     async def generate(self, request: GenRequest) -> Response: ...
+
+    def stream(self, request: GenRequest) -> AsyncIterator[Delta]: ...  # closing it stops generation
 
     async def load_weights(self, path: str, version: int) -> None: ...
 

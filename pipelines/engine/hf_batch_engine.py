@@ -16,6 +16,8 @@ What the manager fixes per engine rather than per request, and what we do about 
   - one random generator, seeded from `engine.seed`: per-request seeds are not honoured.
   - logprobs are those of the distribution sampled from (after temperature), as in
     HF `generate`'s scores; a greedy token's is ~0.
+  - no stop strings: a request with some is streamed (every token comes back) and
+    cancelled at the first, which frees its slot at the next step.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import dataclasses
 import itertools
 import math
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import torch
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.turns import Response
-from pipelines.engine.base import GenRequest
+from pipelines.engine.base import Delta, GenRequest, Sampling
 from pipelines.engine.config import EngineConfig
+from pipelines.engine.streaming import TextDeltas, collect
 from pipelines.errors import UserError
 
 GREEDY_TEMPERATURE = 1e-6
@@ -109,43 +113,85 @@ class HFBatchEngine:
 
     async def generate(self, request: GenRequest) -> Response:
         s = request.sampling
-        prompt = request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
-        prompt = list(prompt)
-        self._check(prompt, s)
-        await self._open.wait()  # closed only while a 5.17 manager drains for a weight swap
         version, start = self.version, time.perf_counter()
-        out = await self._submit(prompt, s.max_tokens, GREEDY_TEMPERATURE if s.temperature == 0 else s.temperature)
+        if s.stop:  # the manager knows no stop strings: the stream watches the text and cancels at one
+            if s.logprobs:
+                raise ValueError("hf_batch engine: logprobs with stop strings are not supported")
+            ids, text, finish = await collect(self.stream(request))
+            return Response(ids, text, finish, None, version, self.version, time.perf_counter() - start)
+        prompt = await self._prepare(request)
+        done = asyncio.get_running_loop().create_future()
+
+        def deliver(output: Any) -> None:
+            if output.is_finished() and not done.done():
+                done.set_result(output)
+
+        rid = self._add(prompt, s, deliver)
+        try:
+            out = _checked(await done)
+        except asyncio.CancelledError:
+            self._cancel(rid)
+            raise
         ids = list(out.generated_tokens)[:s.max_tokens]
-        finish = "stop" if ids and ids[-1] in self._eos else ("length" if len(ids) >= s.max_tokens else "stop")
         logprobs = [float(x) for x in out.logprobs[:len(ids)]] if s.logprobs else None
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return Response(ids, text, finish, logprobs, version, self.version, time.perf_counter() - start)
+        return Response(ids, text, self._finish(ids, s), logprobs, version, self.version, time.perf_counter() - start)
 
-    def _check(self, prompt: list[int], s: Any) -> None:
+    async def stream(self, request: GenRequest) -> AsyncIterator[Delta]:
+        s = request.sampling
+        prompt = await self._prepare(request)
+        outputs: asyncio.Queue = asyncio.Queue()
+        rid = self._add(prompt, s, outputs.put_nowait, streaming=True)
+        deltas, finished = TextDeltas(self.tokenizer, s.stop), False
+        try:
+            while not finished:
+                out = _checked(await outputs.get())
+                finished = out.is_finished()
+                piece = deltas.push(list(out.generated_tokens)[len(deltas.ids):s.max_tokens])
+                if piece is not None:
+                    yield piece
+                    if piece.finish_reason:
+                        return
+            yield deltas.finish(self._finish(deltas.ids, s))
+        finally:
+            if not finished:
+                self._cancel(rid)
+
+    async def _prepare(self, request: GenRequest) -> list[int]:
+        s = request.sampling
+        prompt = request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
+        prompt = list(prompt)
         if s.temperature > 0 and s.top_p < 1.0:
             raise UserError(f"top_p={s.top_p}: engine.kind=hf_batch samples with top_p=1.0 only "
                             "(use engine.kind=vllm or hf for nucleus sampling)")
         if len(prompt) + s.max_tokens > self.cfg.max_model_len:
             raise ValueError(f"prompt of {len(prompt)} tokens + max_tokens {s.max_tokens} exceeds "
                              f"engine.max_model_len={self.cfg.max_model_len}")
+        await self._open.wait()  # closed only while a 5.17 manager drains for a weight swap
+        return prompt
 
-    async def _submit(self, prompt: list[int], max_tokens: int, temperature: float) -> Any:
-        """One request into the manager; its thread hands the finished output to this event loop."""
-        done = asyncio.get_running_loop().create_future()
+    def _finish(self, ids: list[int], s: Sampling) -> str:
+        return "stop" if ids and ids[-1] in self._eos else ("length" if len(ids) >= s.max_tokens else "stop")
+
+    def _add(self, prompt: list[int], s: Sampling, deliver: Callable[[Any], None], streaming: bool = False) -> str:
+        """One request into the manager; its thread hands each output to `deliver` on this event loop
+        (every token when streaming, else only the finished one)."""
         rid = f"hfb{next(_ids)}"
-
-        def deliver(output: Any) -> None:
-            if output.is_finished() and not done.done():
-                done.set_result(output)
-
         self.manager.register_result_handler(rid, deliver)
-        if self.manager.add_request(prompt, request_id=rid, max_new_tokens=max_tokens,
-                                    temperature=float(temperature)) is None:
+        temperature = GREEDY_TEMPERATURE if s.temperature == 0 else s.temperature
+        if self.manager.add_request(prompt, request_id=rid, max_new_tokens=s.max_tokens,
+                                    temperature=float(temperature), streaming=streaming) is None:
             raise RuntimeError("hf_batch engine: the batching manager refused the request (stopped or crashed)")
-        out = await done
-        if out.error is not None:
-            raise RuntimeError(f"hf_batch engine: generation failed: {out.error}")
-        return out
+        return rid
+
+    def _cancel(self, rid: str) -> None:
+        """Nobody waits for this request any more: free its slot. A cancelled request never
+        finishes, so its result handler is dropped here, not by the manager."""
+        self.manager.cancel_request(rid)
+        router = getattr(self.manager, "output_router", None)
+        if router is not None:
+            with router._lock:
+                router.result_handlers.pop(rid, None)
 
     async def load_weights(self, path: str, version: int) -> None:
         """Swap weights in place between steps; requests in flight keep going on the new weights.
@@ -188,3 +234,9 @@ class HFBatchEngine:
         self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _checked(output: Any) -> Any:
+    if output.error is not None:
+        raise RuntimeError(f"hf_batch engine: generation failed: {output.error}")
+    return output

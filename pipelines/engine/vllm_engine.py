@@ -9,10 +9,12 @@ import gc
 import itertools
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.turns import Response
-from pipelines.engine.base import GenRequest
+from pipelines.engine.base import Delta, GenRequest
 from pipelines.engine.config import EngineConfig
 
 _ids = itertools.count()
@@ -63,18 +65,26 @@ class VLLMEngine:
         self.version = version
         self.model_dir = model_dir
 
-    async def generate(self, request: GenRequest) -> Response:
+    def _submit(self, request: GenRequest, delta: bool = False):
+        """The request's output stream: cumulative outputs, or (delta) only what is new in each.
+        vLLM ends at stop strings itself, and holds back text that may still become one."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
         s = request.sampling
         prompt = list(request.prompt_ids) if request.prompt_ids is not None else self.codec.encode_chat(request.messages)
         params = SamplingParams(
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-            logprobs=0 if s.logprobs else None, skip_special_tokens=True)
+            logprobs=0 if s.logprobs else None, skip_special_tokens=True, stop=list(s.stop) or None,
+            output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE)
+        return self.llm.generate(TokensPrompt(prompt_token_ids=prompt), params, f"r{next(_ids)}")
+
+    async def generate(self, request: GenRequest) -> Response:
+        s = request.sampling
         version, start = self.version, time.perf_counter()
         final = None
-        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=prompt), params, f"r{next(_ids)}"):
+        async for out in self._submit(request):
             final = out
         o = final.outputs[0]
         logprobs = None
@@ -82,6 +92,17 @@ class VLLMEngine:
             logprobs = [step[tok].logprob for tok, step in zip(o.token_ids, o.logprobs)]
         return Response(list(o.token_ids), o.text, o.finish_reason or "stop", logprobs, version, self.version,
                         time.perf_counter() - start)
+
+    async def stream(self, request: GenRequest) -> AsyncIterator[Delta]:
+        """Closing it aborts the request in vLLM (its generator's cleanup does)."""
+        ids: list[int] = []  # tokens whose text vLLM holds back ride with the next piece
+        async with aclosing(self._submit(request, delta=True)) as outputs:
+            async for out in outputs:
+                o = out.outputs[0]
+                ids.extend(o.token_ids)
+                if o.text or o.finish_reason is not None:
+                    yield Delta(o.text, ids, o.finish_reason)
+                    ids = []
 
     async def load_weights(self, path: str, version: int) -> None:
         """Swap weights in place between steps; in-flight requests keep going."""

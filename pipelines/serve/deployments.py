@@ -1,9 +1,15 @@
-"""Thin Ray Serve wrappers: the agent replicas (one engine each) and the job manager."""
+"""Thin Ray Serve wrappers: the agent replicas (one engine each) and the job manager.
+
+The `*_events` methods are async generators: callers use `handle.options(stream=True)`, and a
+caller that goes away (the HTTP client disconnected) cancels them, which ends the work.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from ray import serve
 
@@ -22,11 +28,21 @@ class Agent:
     async def answer(self, req: dict) -> Reply:
         return await self.core.answer(req)
 
+    async def answer_events(self, req: dict) -> AsyncIterator[dict | Reply]:
+        async with aclosing(self.core.answer_events(req)) as events:
+            async for event in events:
+                yield event
+
     async def answer_row(self, row: dict) -> OutputRow:
         return await self.core.answer_row(row)
 
     async def chat(self, body: dict) -> Reply:
         return await self.core.chat(body)
+
+    async def chat_events(self, body: dict) -> AsyncIterator[dict | Reply]:
+        async with aclosing(self.core.chat_events(body)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def resolve(self, model: str) -> Reply:
         return await self.core.resolve(model)

@@ -4,12 +4,17 @@ Checks that can fail cheaply run before the first turn (missing object, unknown 
 over the length limit where the length is known); a streamed URI is also capped while
 it is read, so no request can make a replica read without bound. A URI is opened only
 where the app's Access rule allows (serve.allowed_paths), at the path it resolves to.
+
+Each document counts how much of it the loop has read, for progress: tokens out of its
+length (inline text, a stored doc_id), or for a streamed URI, whose length in tokens is
+unknown until its end, bytes out of the object's size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 from pipelines.agent.chunking import iter_chunks, iter_token_blocks
 from pipelines.agent.codec import ChatCodec
@@ -27,6 +32,22 @@ MAX_BYTES_PER_TOKEN = 16
 class DocLimits:
     chunk_size: int
     max_doc_tokens: int
+
+
+class Reading:
+    """A document's chunks, counting as they are taken how much of `total` has been read."""
+
+    def __init__(self, chunks: Iterable[list[int]], total: int | None, unit: Literal["tokens", "bytes"],
+                 size: Callable[[list[int]], int] = len):
+        self._chunks, self.total, self.unit, self._size = iter(chunks), total, unit, size
+        self.read = 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for chunk in self._chunks:
+            self.read += self._size(chunk)
+            if self.total is not None:  # decoded bytes may differ a little from the raw ones
+                self.read = min(self.read, self.total)
+            yield chunk
 
 
 def capped(chunks: Iterable[list[int]], limit: int, name: str) -> Iterator[list[int]]:
@@ -60,7 +81,7 @@ class Documents:
         return self._store
 
     def chunks(self, document: str | None = None, doc_id: str | None = None,
-               uri: str | None = None) -> Iterator[list[int]]:
+               uri: str | None = None) -> Reading:
         if document is not None:
             return self.text_chunks(document)
         if doc_id is not None:
@@ -69,15 +90,15 @@ class Documents:
             return self.uri_chunks(uri)
         raise ServeError("document: give one of document, doc_id, uri", 422)
 
-    def text_chunks(self, text: str) -> Iterator[list[int]]:
+    def text_chunks(self, text: str) -> Reading:
         if not text.strip():
             raise ServeError("document: empty", 400)
         ids = self.codec.encode(text)
         if len(ids) > self.limits.max_doc_tokens:
             raise ServeError(f"document: {len(ids)} tokens > max_doc_tokens={self.limits.max_doc_tokens}", 413)
-        return iter_chunks([ids], self.limits.chunk_size)
+        return Reading(iter_chunks([ids], self.limits.chunk_size), len(ids), "tokens")
 
-    def store_chunks(self, doc_id: str) -> Iterator[list[int]]:
+    def store_chunks(self, doc_id: str) -> Reading:
         store = self.store()
         try:
             if not store.has(doc_id):
@@ -90,7 +111,7 @@ class Documents:
         if n_tokens > self.limits.max_doc_tokens:
             raise ServeError(f"doc_id '{doc_id}': {n_tokens} tokens > max_doc_tokens="
                              f"{self.limits.max_doc_tokens}", 413)
-        return self._store_iter(store, doc_id)
+        return Reading(self._store_iter(store, doc_id), n_tokens, "tokens")
 
     def _store_iter(self, store, doc_id: str) -> Iterator[list[int]]:
         try:
@@ -101,7 +122,7 @@ class Documents:
                       context=None, doc_tokens=0, task="serve", split="serve")
         return task_chunks(row, store, self.codec, self.limits.chunk_size)
 
-    def uri_chunks(self, uri: str) -> Iterator[list[int]]:
+    def uri_chunks(self, uri: str) -> Reading:
         limit = self.limits.max_doc_tokens
         uri = self.access.check(uri, "uri")
         try:
@@ -119,7 +140,8 @@ class Documents:
         if info.size == 0:
             raise ServeError(f"uri '{uri}': empty", 400)
         tokens = iter_token_blocks(_prepend(first, blocks), self.codec.encode)
-        return capped(iter_chunks(tokens, self.limits.chunk_size), limit, f"uri '{uri}'")
+        chunks = capped(iter_chunks(tokens, self.limits.chunk_size), limit, f"uri '{uri}'")
+        return Reading(chunks, info.size, "bytes", lambda chunk: len(self.codec.decode(chunk).encode()))
 
 
 def _prepend(first: str, rest: Iterator[str]) -> Iterator[str]:

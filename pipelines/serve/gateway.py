@@ -4,16 +4,22 @@ Every route checks the bearer token (when one is configured), reads the body wit
 limit and validates it, then hands the work to the agent replicas or the job manager
 through Serve handles. Every failure is a 4xx/5xx with one line:
 `{"error": {"message": ..., "type": ..., "code": status}}` (the OpenAI error shape).
+
+`stream: true` answers with server-sent events once the request passed its checks (a bad
+one still gets its 4xx); a failure later is an `error` event that ends the stream. A client
+that disconnects cancels the replica's generator, so its loop stops and its slot is free.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
 from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, Reply, ServeError, parse_body
@@ -35,12 +41,54 @@ def body_doc(model) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-def error_response(message: str, status: int, headers: dict | None = None) -> JSONResponse:
+def error_body(message: str, status: int) -> dict:
     kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
             413: "request_too_large", 503: "overloaded"}.get(status, "invalid_request_error")
     if status >= 500 and status != 503:
         kind = "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status, headers=headers)
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+def error_response(message: str, status: int, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status), status, headers=headers)
+
+
+def sse(data: dict | str, event: str | None = None) -> str:
+    """One server-sent event: `event: NAME` (when named) and one `data:` line."""
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+def answer_frame(item) -> str:
+    """/v1/answer events are named (start, turn, answer, error); their data says so too."""
+    if isinstance(item, Reply):
+        return sse({"event": "error", **error_body(item.error, item.status)}, "error")
+    return sse(item, item["event"])
+
+
+def chat_frame(item) -> str:
+    """OpenAI's stream: unnamed events, an error as `{"error": ...}`."""
+    return sse(error_body(item.error, item.status) if isinstance(item, Reply) else item)
+
+
+async def events(gen, first, frame: Callable[[object], str], last: str | None) -> AsyncIterator[str]:
+    """A replica's stream as SSE text; ends at its first error. Closing it (the client left)
+    cancels the replica's generator."""
+    from ray.exceptions import RayActorError
+
+    try:
+        item = first
+        while item is not None:
+            yield frame(item)
+            if isinstance(item, Reply):
+                return
+            item = await anext(gen, None)
+        if last:
+            yield last
+    except RayActorError as e:
+        yield frame(Reply(status=503, error=f"replica unavailable ({e.__class__.__name__}); retry later"))
+    finally:
+        gen.cancel()
 
 
 async def read_limited(request: Request, limit: int) -> bytes:
@@ -60,6 +108,7 @@ async def read_limited(request: Request, limit: int) -> bytes:
 class Gateway:
     def __init__(self, agent, jobs, settings: GatewaySettings):
         self.agent, self.jobs, self.s = agent, jobs, settings
+        self.streams = agent.options(stream=True)
 
     def _auth(self, request: Request, admin: bool = False) -> None:
         if self.s.token is None:
@@ -70,7 +119,7 @@ class Gateway:
         if not hmac.compare_digest(given.encode(), f"Bearer {self.s.token}".encode()):
             raise ServeError("authorization: missing or wrong bearer token", 401)
 
-    async def _call(self, request: Request, work, model=None, admin: bool = False) -> JSONResponse:
+    async def _call(self, request: Request, work, model=None, admin: bool = False) -> Response:
         from ray.exceptions import RayActorError
         from ray.serve.exceptions import BackPressureError
 
@@ -87,9 +136,20 @@ class Gateway:
             return error_response("overloaded: too many requests in flight; retry later", 503, retry)
         except RayActorError as e:
             return error_response(f"replica unavailable ({e.__class__.__name__}); retry later", 503, retry)
+        if isinstance(reply, Response):
+            return reply
         if reply.error is not None:
             return error_response(reply.error, reply.status)
         return JSONResponse(reply.body, reply.status)
+
+    async def _stream(self, gen, frame: Callable[[object], str], last: str | None = None) -> Reply | Response:
+        """The replica's first item decides: a Reply (the request failed its checks) answers as
+        any call does; anything else starts the event stream."""
+        first = await anext(gen)
+        if isinstance(first, Reply):
+            return first
+        return StreamingResponse(events(gen, first, frame, last), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.get("/healthz")
     async def healthz(self, request: Request):
@@ -109,12 +169,17 @@ class Gateway:
     @app.post("/v1/answer", openapi_extra=body_doc(AnswerRequest))
     async def answer(self, request: Request):
         async def work(body: AnswerRequest):
+            if body.stream:
+                return await self._stream(self.streams.answer_events.remote(body.model_dump()), answer_frame)
             return await self.agent.answer.remote(body.model_dump())
         return await self._call(request, work, AnswerRequest)
 
     @app.post("/v1/chat/completions", openapi_extra=body_doc(ChatRequest))
     async def chat(self, request: Request):
         async def work(body: ChatRequest):
+            if body.stream:
+                return await self._stream(self.streams.chat_events.remote(body.model_dump()), chat_frame,
+                                          sse("[DONE]"))
             return await self.agent.chat.remote(body.model_dump())
         return await self._call(request, work, ChatRequest)
 

@@ -3,7 +3,8 @@
 Every request is an `AgentLoop` driven as its own coroutine on the replica's engine, so
 the turns of all documents in flight interleave in the engine's batch. Plain class:
 `deployments.Agent` wraps it for Ray Serve; it never raises for bad input: a call returns a
-`Reply` (schema.py), a batch row an `OutputRow` with its `error` (jobs.py).
+`Reply` (schema.py), a batch row an `OutputRow` with its `error` (jobs.py), and a streamed
+call yields its events, its first item being that Reply when the request fails its checks.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.agent import AgentConfig, make_loop
+from pipelines.agent import AgentConfig, AgentResult, Loop, make_loop
 from pipelines.agent.codec import ChatCodec
-from pipelines.engine import EngineConfig, GenRequest, Sampling, create_engine
+from pipelines.engine import EngineConfig, create_engine
 from pipelines.engine.driver import agent_sampling, run_loop
 from pipelines.models import resolve_model
+from pipelines.serve import chat
 from pipelines.serve.config import ServeConfig
-from pipelines.serve.documents import DocLimits, Documents
+from pipelines.serve.documents import DocLimits, Documents, Reading
 from pipelines.serve.jobs import OutputRow
-from pipelines.serve.schema import DOC_FIELDS, ChatRequest, Reply, ServeError
+from pipelines.serve.schema import DOC_FIELDS, Reply
 from pipelines.serve.state import read_model_state
 
 
@@ -46,7 +50,8 @@ class AgentCore:
         self.codec = ChatCodec(engine.tokenizer)
         limits = DocLimits(settings.agent.chunk_size, settings.serve.max_doc_tokens)
         self.docs = Documents.for_serve(self.codec, limits, settings.serve)
-        self.ongoing = 0
+        self.ongoing = 0  # documents whose loop is running
+        self.turns = 0  # turns run since start (all documents)
         self._checked = float("-inf")  # the first request re-reads the state: a reload may have come since create()
         self._reload_lock = asyncio.Lock()
 
@@ -67,19 +72,31 @@ class AgentCore:
         if latest and latest[1] > self.engine.version:
             await self.reload(*latest)
 
-    async def _run(self, question: str, doc: dict) -> dict:
-        await self.sync_version()
+    def _open(self, question: str, doc: dict) -> tuple[Loop, Reading]:
+        """The document's loop; fails here, before any turn, on what can be checked cheaply."""
+        reading = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
+        return make_loop(question, reading, self.codec, self.settings.agent), reading
+
+    async def _drive(self, loop: Loop, on_turn: Callable[[AgentResult], None] | None = None) -> dict:
+        """One document's loop on the engine; cancelled, it stops before its next turn."""
+        def turned(progress: AgentResult) -> None:
+            self.turns += 1
+            if on_turn is not None:
+                on_turn(progress)
+
         self.ongoing += 1
         try:
-            chunks = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
-            loop = make_loop(question, chunks, self.codec, self.settings.agent)
             start = time.perf_counter()
-            result = await run_loop(self.engine, loop, agent_sampling(self.settings.agent))
+            result = await run_loop(self.engine, loop, agent_sampling(self.settings.agent), turned)
             return {"answer": result.answer, "prediction": result.prediction, "turns": result.n_turns,
                     "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
                     "model_version": self.engine.version, "memory": result.memory}
         finally:
             self.ongoing -= 1
+
+    async def _run(self, question: str, doc: dict) -> dict:
+        await self.sync_version()
+        return await self._drive(self._open(question, doc)[0])
 
     async def answer(self, req: dict) -> Reply:
         """/v1/answer: the body was validated by the gateway."""
@@ -90,6 +107,39 @@ class AgentCore:
         if not req.get("show_memory"):
             out.pop("memory")
         return Reply(out)
+
+    async def answer_events(self, req: dict) -> AsyncIterator[dict | Reply]:
+        """/v1/answer with stream: a `start` event (or, for a request failing its checks, its
+        Reply), a `turn` event as each memory turn ends, then the `answer` event: the body the
+        unstreamed call returns. Closed early (the client left), it cancels the loop."""
+        try:
+            await self.sync_version()
+            loop, reading = self._open(req["question"], req)
+        except Exception as e:  # noqa: BLE001
+            yield Reply.failure(e)
+            return
+        yield {"event": "start", "total": reading.total, "unit": reading.unit}
+        events: asyncio.Queue = asyncio.Queue()
+        start = time.perf_counter()
+
+        def on_turn(progress: AgentResult) -> None:
+            if not progress.turns[-1].is_final:
+                events.put_nowait(turn_event(progress, reading, time.perf_counter() - start))
+
+        task = asyncio.ensure_future(self._drive(loop, on_turn))
+        task.add_done_callback(lambda _: events.put_nowait(None))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            out = task.result()
+        except Exception as e:  # noqa: BLE001 - the stream ends with the reason
+            yield Reply.failure(e)
+            return
+        finally:
+            task.cancel()
+        if not req.get("show_memory"):
+            out.pop("memory")
+        yield {"event": "answer", **out}
 
     async def answer_row(self, row: dict) -> OutputRow:
         """A batch row -> its output row; a failing document gets its reason in `error`."""
@@ -103,22 +153,33 @@ class AgentCore:
         return OutputRow(row["id"], row.get("question"), row.get("doc_id"), res["answer"], res["prediction"],
                          res["memory"], res["turns"], res["doc_tokens"], res["seconds"], res["model_version"])
 
+    def _chat_plan(self, body: dict) -> chat.ChatPlan:
+        return chat.plan(body, self.codec, self.settings.engine.max_model_len, self.settings.serve.chat_max_tokens,
+                         self.model, self.engine.version)
+
     async def chat(self, body: dict) -> Reply:
         """OpenAI chat completion straight to the engine: no memory loop."""
         try:
-            req = ChatRequest.model_validate(body)
-            prompt = self.codec.encode_chat([m.model_dump() for m in req.messages])
-            room = self.settings.engine.max_model_len - len(prompt)
-            if room <= 0:
-                raise ServeError(f"messages: {len(prompt)} tokens leave no room in max_model_len="
-                                 f"{self.settings.engine.max_model_len}", 400)
-            wanted = req.max_completion_tokens or req.max_tokens or self.settings.serve.chat_max_tokens
-            sampling = Sampling(max_tokens=min(wanted, room), temperature=req.temperature, top_p=req.top_p,
-                                seed=req.seed)
-            out = await self.engine.generate(GenRequest(sampling, prompt_ids=prompt))
+            p = self._chat_plan(body)
+            outs = await asyncio.gather(*(self.engine.generate(r) for r in p.requests()))
         except Exception as e:  # noqa: BLE001
             return Reply.failure(e)
-        return Reply(chat_completion(self.model, req.model, out, len(prompt), self.engine.version))
+        return Reply(chat.completion(p, outs))
+
+    async def chat_events(self, body: dict) -> AsyncIterator[dict | Reply]:
+        """The chat completion as chunks (or first, for a bad body, its Reply); closed early, it
+        stops the engine's generations."""
+        try:
+            p = self._chat_plan(body)
+        except Exception as e:  # noqa: BLE001
+            yield Reply.failure(e)
+            return
+        try:
+            async with aclosing(chat.chunks(self.engine, p)) as chunks:
+                async for c in chunks:
+                    yield c
+        except Exception as e:  # noqa: BLE001
+            yield Reply.failure(e)
 
     async def resolve(self, model: str) -> Reply:
         """Checks (and fetches) a model reference before any replica is told to load it."""
@@ -139,7 +200,7 @@ class AgentCore:
 
     def info(self) -> dict:
         return {"model": self.model, "version": self.engine.version, "pid": os.getpid(),
-                "ongoing": self.ongoing}
+                "ongoing": self.ongoing, "turns": self.turns}
 
     async def close(self) -> None:
         await self.engine.close()
@@ -149,12 +210,9 @@ def _model_dir(settings: ReplicaSettings, model: str) -> Path:
     return resolve_model(model, Path(settings.home), settings.tracking_uri)
 
 
-def chat_completion(served: str, asked: str | None, out, n_prompt: int, version: int) -> dict:
-    return {
-        "id": f"chatcmpl-{os.getpid()}-{time.monotonic_ns()}", "object": "chat.completion",
-        "created": int(time.time()), "model": asked or served, "system_fingerprint": f"v{version}",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text},
-                     "finish_reason": out.finish_reason, "logprobs": None}],
-        "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(out.token_ids),
-                  "total_tokens": n_prompt + len(out.token_ids)},
-    }
+def turn_event(progress: AgentResult, reading: Reading, elapsed: float) -> dict:
+    """After memory turn `turn`: how far into the document (read of total, in unit), the memory
+    it wrote, that turn's seconds and the seconds since the loop began."""
+    return {"event": "turn", "turn": len(progress.memory), "tokens_read": progress.doc_tokens,
+            "read": reading.read, "total": reading.total, "unit": reading.unit, "memory": progress.memory[-1],
+            "seconds": round(progress.turns[-1].seconds, 3), "elapsed": round(elapsed, 3)}

@@ -17,6 +17,8 @@ from pipelines.errors import UserError
 from pipelines.storage import first_line
 
 DOC_FIELDS = ("document", "doc_id", "uri")
+MAX_CHOICES = 16  # n: completions per chat request
+MAX_STOPS = 4  # OpenAI's limit on stop sequences
 
 
 class ServeError(UserError):
@@ -56,6 +58,7 @@ class AnswerRequest(Body):
     doc_id: str | None = None
     uri: str | None = None
     show_memory: bool = False
+    stream: bool = False  # server-sent events: one per memory turn as it ends, then the answer
 
     @model_validator(mode="after")
     def one_document(self):
@@ -83,6 +86,11 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    include_usage: bool = False
+
+
 class ChatRequest(BaseModel):
     """The OpenAI chat body; fields a client may send but that change nothing here are allowed."""
 
@@ -94,19 +102,24 @@ class ChatRequest(BaseModel):
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
-    n: int = 1
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
 
     @model_validator(mode="after")
     def supported(self):
-        if self.n != 1:
-            raise ValueError("n: only n=1 is supported")
-        if self.stream:
-            raise ValueError("stream: streaming is not supported")
-        if self.stop:
-            raise ValueError("stop: stop sequences are not supported")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed with stream: true")
+        if len(self.stops) > MAX_STOPS:
+            raise ValueError(f"stop: at most {MAX_STOPS} sequences (got {len(self.stops)})")
+        if "" in self.stops:
+            raise ValueError("stop: an empty string is no stop sequence")
         return self
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
 
 def validation_reason(err: ValidationError) -> str:

@@ -38,9 +38,12 @@ def test_answer_body_errors_are_one_line(raw, status, reason):
 
 def test_chat_body_accepts_openai_fields_and_refuses_unsupported_ones():
     ok = parse_body(json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                "max_tokens": 4, "user": "u1"}).encode(), ChatRequest, 10_000)
-    assert ok.max_tokens == 4 and ok.messages[0].content == "hi"
-    for extra, reason in [({"stream": True}, "stream"), ({"n": 2}, "n:"), ({"stop": ["x"]}, "stop")]:
+                                "max_tokens": 4, "user": "u1", "stream": True, "stream_options": {"include_usage": True},
+                                "n": 2, "stop": "x"}).encode(), ChatRequest, 10_000)
+    assert ok.max_tokens == 4 and ok.messages[0].content == "hi" and ok.stops == ("x",) and ok.n == 2
+    for extra, reason in [({"stream_options": {"include_usage": True}}, "stream_options: only allowed with stream"),
+                          ({"n": 0}, "n:"), ({"n": 17}, "n:"), ({"stop": ["a", "b", "c", "d", "e"]}, "at most 4"),
+                          ({"stop": [""]}, "stop: an empty string")]:
         body = {"messages": [{"role": "user", "content": "hi"}], **extra}
         with pytest.raises(ServeError, match=reason):
             parse_body(json.dumps(body).encode(), ChatRequest, 10_000)

@@ -9,6 +9,7 @@ import torch
 from pipelines.engine import EngineConfig
 from pipelines.engine import GenRequest, Sampling, create_engine
 from pipelines.engine.hf_engine import HFEngine
+from pipelines.engine.streaming import collect
 from pipelines.errors import UserError
 
 CFG = EngineConfig(kind="hf_batch", max_model_len=1024, max_num_seqs=8, cpu_kvcache_gib=1, max_batch_tokens=512)
@@ -119,3 +120,25 @@ def test_nucleus_sampling_is_refused_by_name(engine):
     req = GenRequest(Sampling(4, temperature=1.0, top_p=0.9), prompt_ids(engine, PROMPTS[0]))
     with pytest.raises(UserError, match="top_p=0.9"):
         asyncio.run(engine.generate(req))
+
+
+def test_stream_matches_generate_and_ends_at_stop_strings(engine):
+    """The manager has no stop strings: the stream cancels at one. A closed stream's request is
+    cancelled too, and no result handler is left behind for either."""
+    p = prompt_ids(engine, PROMPTS[1])
+
+    async def run():
+        full = await engine.generate(GenRequest(Sampling(16), p))
+        streamed = await collect(engine.stream(GenRequest(Sampling(16), p)))
+        stop = full.text[2:4]  # the tiny random model's greedy text is newlines
+        cut = await engine.generate(GenRequest(Sampling(16, stop=(stop,)), p))
+        left = engine.stream(GenRequest(Sampling(512), p))
+        first = await anext(left)
+        await left.aclose()
+        return full, streamed, stop, cut, first
+
+    full, streamed, stop, cut, first = asyncio.run(run())
+    assert streamed == (full.token_ids, full.text, full.finish_reason)
+    assert cut.text == full.text[:full.text.index(stop)] and cut.finish_reason == "stop"
+    assert len(cut.token_ids) < len(full.token_ids) and first.token_ids
+    assert engine.manager.output_router.result_handlers == {}
