@@ -42,6 +42,17 @@ def resolve_version(client, ref: RegistryRef) -> str:
     return ref.version
 
 
+def alias_version(name: str, alias: str, home: Path, track: TrackConfig) -> int | None:
+    """The version `models:/NAME@ALIAS` names now; None if the name or the alias does not exist."""
+    from mlflow.exceptions import MlflowException
+
+    prepare_environment(track)
+    try:
+        return int(_client(default_tracking_uri(home, track)).get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
 def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
     """A local HF folder for a registered model version (downloaded once, then cached)."""
     parsed = parse_registry_ref(ref)

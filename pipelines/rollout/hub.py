@@ -26,9 +26,11 @@ from pipelines.rollout.trajectory import Group
 
 class RolloutHub:
     def __init__(self, cfg: Any, tasks: str, version: int = 0, weights: str | None = None,
-                 cursor: dict | None = None, service: Callable[[Iterator[Any]], Any] | None = None):
+                 cursor: dict | None = None, service: Callable[[Iterator[Any]], Any] | None = None,
+                 workers: list | None = None):
         """tasks: task rows (parquet, local or s3://), read pass after pass. service(rows): the
-        started service that runs them (default: a RolloutService; tests pass one without Ray)."""
+        started service that runs them (default: a RolloutService; tests pass one without Ray).
+        workers: rollout actors to use and leave running (default: the service starts its own)."""
         from pipelines.rollout.service import RolloutService
 
         self.cursor = Cursor.from_dict(cursor)
@@ -38,7 +40,7 @@ class RolloutHub:
         self._lock = threading.Lock()
         self._taking = threading.Lock()  # one take at a time: a step asked twice gets one batch
         self._evals: list[tuple[int, int, dict, int]] = []
-        make = service or (lambda rows: RolloutService(cfg, rows, version, weights).start())
+        make = service or (lambda rows: RolloutService(cfg, rows, version, weights, workers).start())
         self.service = make(self._rows())
 
     def _rows(self) -> Iterator[Any]:
@@ -143,9 +145,10 @@ class RolloutHub:
         self.service.close()
 
 
-def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None):
+def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None,
+              workers: list | None = None):
     """The hub actor (no CPU of its own: its workers hold the engines' CPUs)."""
     actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8)
-    hub = actor.remote(cfg, tasks, version, weights, cursor)
+    hub = actor.remote(cfg, tasks, version, weights, cursor, workers=workers)
     ray.get(hub.version.remote())  # surfaces a start failure here, as one error
     return hub

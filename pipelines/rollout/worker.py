@@ -65,6 +65,15 @@ class RolloutWorker:
                 self.weights, self.version = path, version
         return self.version
 
+    async def reset(self, path: str | None, version: int = 0) -> int:
+        """Start a new run's policy on this engine: `path` (None: the base model) at `version`,
+        even below the current one (each training run numbers its versions from 0)."""
+        async with self._loading:
+            await self._ensure(None, None)
+            await self.core.engine.load_weights(await self._local(path or self.model_dir), version)
+            self.weights, self.version = path, version
+        return self.version
+
     async def _local(self, ref: str) -> str:
         """A folder on this node for a pushed policy: s3:// and models:/ refs are fetched once."""
         from pipelines.models import config_model_dir

@@ -1,0 +1,1 @@
+"""`memagent quickstart`: pipelines.quickstart.command."""

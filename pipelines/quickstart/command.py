@@ -1,0 +1,81 @@
+"""`memagent quickstart`: the whole product on embedded defaults, in one resumable job.
+
+    .venv/bin/memagent --config configs/quickstart.yaml quickstart        # ~20 min on 2 cores
+
+Builds train and held-out needle questions and ingests their documents into a chunk store,
+scores the base model on the held-out questions, warm-starts it (SFT on memory traces),
+trains it with Multi-Conv DAPO for a few minutes, scores it again, registers it in MLflow
+(@production if the name has no production version yet, else @candidate), serves that
+version and answers held-out questions as a batch job through it. Interrupted and re-run,
+it skips finished stages (HOME/quickstart/stages.json). The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from pipelines import logs
+from pipelines.config import Config
+from pipelines.quickstart import stages
+from pipelines.quickstart.report import summary_lines
+from pipelines.quickstart.stages import Run
+
+STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
+    ("data", "build train and held-out questions, ingest their documents", stages.data),
+    ("eval_before", "score the base model on the held-out questions", lambda r: stages.evaluate(r, "eval_before", None)),
+    ("sft", "warm start: fine-tune on memory traces", lambda r: stages.train(r, "sft")),
+    ("eval_sft", "score the SFT model", lambda r: stages.evaluate(r, "eval_sft", r.done["sft"]["model"])),
+    ("rl", "train with Multi-Conv DAPO on the rollout workers", lambda r: stages.train(r, "rl")),
+    ("eval_after", "score the trained model", lambda r: stages.evaluate(r, "eval_after", r.done["rl"]["model"])),
+    ("register", "register the trained model in MLflow", stages.register),
+    ("serve", "serve the registered version, run a batch job through it", stages.serve),
+]
+
+
+def main(cfg: Config, fresh: bool = False) -> dict:
+    from pipelines.rollout.worker import close_workers
+    from pipelines.storage import remove_tree
+
+    root = cfg.home_path.absolute() / "quickstart"
+    if fresh:
+        remove_tree(str(root))
+    root.mkdir(parents=True, exist_ok=True)
+    ledger = root / "stages.json"
+    done = json.loads(ledger.read_text()) if ledger.exists() else {}
+    ingest = cfg.ingest.model_copy(update={"store": str(root / "store")})
+    run = Run(cfg.model_copy(update={"ingest": ingest}), root, done)
+    started = time.perf_counter()
+    try:
+        for i, (name, what, stage) in enumerate(STAGES, 1):
+            if name in done:
+                print(f"[{i}/{len(STAGES)}] {name}: done earlier", file=logs.console())
+                continue
+            print(f"[{i}/{len(STAGES)}] {name}: {what} ...", file=logs.console(), flush=True)
+            t0 = time.perf_counter()
+            done[name] = {**stage(run), "seconds": round(time.perf_counter() - t0, 1)}
+            ledger.write_text(json.dumps(done, indent=1))
+            print(f"[{i}/{len(STAGES)}] {name}: done in {done[name]['seconds']:.0f} s", file=logs.console(), flush=True)
+    finally:
+        close_workers(run.pool)
+    minutes = round((time.perf_counter() - started) / 60, 2)
+    return {"before": done["eval_before"]["sub_em"], "after_sft": done["eval_sft"]["sub_em"],
+            "after": done["eval_after"]["sub_em"], "n": done["eval_after"]["n"], "model": done["register"]["model"],
+            "alias": done["register"]["alias"], "minutes": minutes,
+            "stage_seconds": {k: v["seconds"] for k, v in done.items()}}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--fresh", action="store_true", help="start over: remove HOME/quickstart first")
+
+
+def run(cfg: Config, args) -> None:
+    if args.config is None:  # its own recipe unless told otherwise
+        from pipelines.config import REPO_ROOT, load_config
+
+        cfg = load_config(str(REPO_ROOT / "configs" / "quickstart.yaml"), args.overrides)
+    out = main(cfg, args.fresh)
+    ledger = json.loads((cfg.home_path.absolute() / "quickstart" / "stages.json").read_text())
+    print("\n".join(summary_lines(cfg, ledger, out)))
+    print(json.dumps(out))

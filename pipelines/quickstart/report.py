@@ -1,0 +1,44 @@
+"""The quickstart's closing summary: accuracy before and after, rates, one held-out answer with
+the memories that led to it, and where everything is."""
+
+from __future__ import annotations
+
+from pipelines.config import Config
+
+
+def pct(r: dict) -> str:
+    return f"{100 * r['sub_em']:5.1f} %  [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]  n={r['n']}"
+
+
+def example(before_rows: str, after_rows: str) -> dict | None:
+    """A held-out question the trained model answers and the base model missed (else the first)."""
+    import pyarrow.parquet as pq
+
+    after = pq.read_table(after_rows).to_pylist()
+    missed = {r["sample_id"] for r in pq.read_table(before_rows, columns=["sample_id", "sub_em"]).to_pylist()
+              if not r["sub_em"]}
+    return next((r for r in after if r["sub_em"] and r["sample_id"] in missed), after[0] if after else None)
+
+
+def summary_lines(cfg: Config, done: dict, out: dict) -> list[str]:
+    from pipelines.track.tracker import default_tracking_uri
+
+    rl = done["rl"]
+    lines = ["", "== memagent quickstart ==", "held-out sub_em (95% interval):",
+             f"  base model      {pct(done['eval_before'])}",
+             f"  after SFT       {pct(done['eval_sft'])}",
+             f"  after SFT + RL  {pct(done['eval_after'])}",
+             f"rollout: {rl.get('rollout_tokens_per_s', 0):.0f} generated tokens/s; "
+             f"learner: {rl.get('train_tokens_per_s', 0):.0f} tokens/s ({rl['steps']} RL steps)"]
+    row = example(done["eval_before"]["rows"], done["eval_after"]["rows"])
+    if row is not None:
+        lines += ["", f"one held-out question: {row['question']}  (gold: {', '.join(row['answers'])})"]
+        lines += [f"  memory after chunk {i}: {m}" for i, m in enumerate(row["memory"] or [], 1)]
+        lines += [f"  answer: {row['answer']}"]
+    root = cfg.home_path.absolute() / "quickstart"
+    uri = default_tracking_uri(cfg.home_path, cfg.track)
+    lines += ["", f"registered: {out['model']} (@{out['alias']}); batch job results: {done['serve']['output']}",
+              f"chunk store: {done['data']['store']}; stage results: {root}",
+              f"MLflow: {uri}; open the UI with: .venv/bin/mlflow ui --backend-store-uri {uri}",
+              f"{out['minutes']:.1f} min this run"]
+    return lines

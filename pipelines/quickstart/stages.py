@@ -1,0 +1,162 @@
+"""The quickstart's stages. Each takes the run (`Run`) and returns a JSON-able result, which the
+command saves as the stage finishes, so an interrupted quickstart skips what is done.
+
+One pool of rollout workers (one engine each) serves the evaluations and RL: the policy a
+stage needs is loaded into the running engines (`reset`), never by starting new ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.config import Config
+from pipelines.learn.config import LearnConfig
+
+
+@dataclass
+class Run:
+    cfg: Config  # the quickstart's, its store under root
+    root: Path  # HOME/quickstart
+    done: dict[str, Any]  # results of finished stages, by name
+    pool: list = field(default_factory=list)  # rollout worker actors, started on first need
+
+    @property
+    def store(self) -> str:
+        return str(self.root / "store")
+
+
+def data(run: Run) -> dict:
+    """Train and held-out task rows; their documents built and ingested into the chunk store
+    through the ingest pipeline (`memagent data build`'s path). The builders keep the two
+    splits' keys and values apart."""
+    from pipelines.ingest.builders.build import BuildRequest, build
+
+    q, out = run.cfg.quickstart, {}
+    for split, lengths, n in (("train", q.train_lengths, q.train_n), ("eval", q.heldout_length, q.heldout_n)):
+        uri = str(run.root / "tasks" / split)
+        summary = build(BuildRequest(task=q.task, lengths=lengths, n=n, out=uri, store=run.store, split=split,
+                                     seed=run.cfg.learn.seed), run.cfg)
+        out[split] = {"tasks": uri, "rows": summary.rows}
+    return {**out, "store": run.store}
+
+
+def pool(run: Run) -> list:
+    """The rollout workers, started once (the base model loaded)."""
+    if not run.pool:
+        from pipelines.eval.ladder import rollout_config
+        from pipelines.models import config_model_dir
+        from pipelines.rollout.service import ensure_ray
+        from pipelines.rollout.worker import start_workers
+
+        ensure_ray()
+        run.pool = start_workers(rollout_config(eval_config(run, run.cfg.model.path, "")),
+                                 str(config_model_dir(run.cfg)))
+    return run.pool
+
+
+def load_policy(run: Run, model: str | None) -> None:
+    """Every worker's engine on `model` (None: the base model), as a run's version 0."""
+    import ray
+
+    ray.get([w.reset.remote(model, 0) for w in pool(run)])
+
+
+def eval_config(run: Run, model: str, out: str) -> Config:
+    q = run.cfg.quickstart
+    e = run.cfg.eval.model_copy(update={
+        "dataset": str(run.root / "tasks" / "eval"), "store": run.store, "tasks": (q.task,),
+        "lengths": (q.heldout_length,), "n": q.heldout_n, "methods": ("memagent",), "out": out})
+    return run.cfg.model_copy(update={"eval": e, "model": run.cfg.model.model_copy(update={"path": model})})
+
+
+def evaluate(run: Run, name: str, model: str | None) -> dict:
+    """Held-out sub_em of `model` (None: the base) on the held-out rows, through the ladder."""
+    from pipelines.eval.ladder import main as ladder
+
+    load_policy(run, model)
+    out = str(run.root / name)
+    cfg = eval_config(run, model or run.cfg.model.path, out)
+    cell = ladder(cfg, pool(run))["summary"][cfg.eval.tasks[0]][cfg.eval.lengths[0]]["memagent"]
+    return {"sub_em": cell["sub_em"], "lo": cell["sub_em_lo"], "hi": cell["sub_em_hi"], "n": cell["n"],
+            "rows": f"{out}/cells/{cfg.eval.tasks[0]}/{cfg.eval.lengths[0]}/memagent.parquet"}
+
+
+def learn_config(run: Run, updates: dict, model: str) -> Config:
+    learn = LearnConfig.model_validate({**run.cfg.learn.model_dump(), **updates})
+    return run.cfg.model_copy(update={"learn": learn, "model": run.cfg.model.model_copy(update={"path": model})})
+
+
+def train(run: Run, kind: str) -> dict:
+    """SFT on traces of the train rows, or RL from the SFT model on the pool's workers; an
+    interrupted run resumes from its last checkpoint."""
+    from pipelines.learn import runs
+    from pipelines.learn.command import TrainRequest, main
+    from pipelines.models import config_model_dir
+    from pipelines.track.tracker import command_run, create_tracker
+
+    sft = kind == "sft"
+    q = run.cfg.quickstart
+    model = run.cfg.model.path if sft else run.done["sft"]["model"]
+    cfg = learn_config(run, q.sft if sft else q.rl, model)
+    out = str(run.root / kind)
+    resume = runs.latest_state(out, str(config_model_dir(cfg))) is not None
+    if not sft:
+        load_policy(run, model)
+    rates: dict[str, list[float]] = {"train/tokens_per_s": [], "rollout/tokens_per_s": []}
+
+    def watch(step: int, m: dict) -> None:
+        for k, v in rates.items():
+            if k in m:
+                v.append(m[k])
+
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "train", tags={"quickstart": kind, "base_model": model, "sft": sft}) as run_id:
+        req = TrainRequest(sft=sft, tasks=run.done["data"]["train"]["tasks"], out=out, resume=resume)
+        result = main(cfg, req, tracker, watch, workers=None if sft else pool(run))
+    rate = {k.replace("/", "_"): sum(v) / len(v) for k, v in rates.items() if v}
+    return {"model": result["model"], "steps": result["steps"], "minutes": result["minutes"], "run_id": run_id,
+            **rate}
+
+
+def register(run: Run) -> dict:
+    """The trained model as a new version with its held-out figures: @production if the name has
+    none yet, else @candidate (promoting it is a person's decision)."""
+    from pipelines.models import config_model_dir
+    from pipelines.models.registry import alias_version, register_model
+
+    cfg, q = run.cfg, run.cfg.quickstart
+    before, after = run.done["eval_before"], run.done["eval_after"]
+    production = alias_version(q.registry_name, "production", cfg.home_path, cfg.track)
+    alias = "production" if production is None else "candidate"
+    metrics = {"heldout_sub_em_before": before["sub_em"], "heldout_sub_em_after_sft": run.done["eval_sft"]["sub_em"],
+               "heldout_sub_em": after["sub_em"], "heldout_n": after["n"]}
+    tags = {"train_run": run.done["rl"]["run_id"], "base_model": cfg.model.path}
+    ref = register_model(config_model_dir(cfg, run.done["rl"]["model"]), q.registry_name, cfg.home_path, cfg.track,
+                         metrics=metrics, alias=alias, tags=tags, run_id=run.done["rl"]["run_id"])
+    return {"model": ref, "alias": alias}
+
+
+def serve(run: Run) -> dict:
+    """Serve the registered version and answer held-out questions as a batch job through it."""
+    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.rollout.worker import close_workers
+    from pipelines.serve.batch import main as batch
+
+    close_workers(run.pool)  # the served replica needs the cores the pool's engines held
+    run.pool = []
+    q, folder = run.cfg.quickstart, run.root / "batch"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = folder / "input.jsonl"
+    with inputs.open("w") as f:
+        for i, row in enumerate(read_task_rows(run.done["data"]["eval"]["tasks"])):
+            if i >= q.batch_n:
+                break
+            f.write(json.dumps({"id": row.sample_id, "question": row.question, "doc_id": row.doc_id}) + "\n")
+    model = run.done["register"]["model"]
+    serve_cfg = run.cfg.serve.model_copy(update={"store": run.store})
+    cfg = run.cfg.model_copy(update={"model": run.cfg.model.model_copy(update={"path": model}), "serve": serve_cfg})
+    st = batch(cfg, str(inputs), str(folder / "output"), None)
+    return {"job": st["job_id"], "rows": st["done"], "errors": st["errors"], "output": st["output"], "model": model}

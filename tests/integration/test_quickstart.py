@@ -1,0 +1,95 @@
+"""`memagent quickstart` end to end at a reduced size (the same code path, a tiny random model on
+the transformers engine: the figures that show learning come from the real recipe, see the
+README). Its first run is stopped by SIGTERM right after the SFT stage; the second run must
+skip what was done and finish: store rows, MLflow runs and a registered version, batch results
+one per input all exist and agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import REPO
+
+SMALL = ["engine.kind=hf", "engine.dtype=float32", "learn.freeze_layers=0", "learn.autocast=false",
+         "quickstart.train_n=4", "quickstart.heldout_n=3", "quickstart.batch_n=2", "quickstart.sft.steps=2",
+         "quickstart.sft.sft_batch=4", "quickstart.sft.checkpoint_every=1", "quickstart.rl.steps=1",
+         "rollout.group_size=2", "rollout.batch_groups=1", "rollout.loops_per_worker=8", "eval.concurrency=8",
+         "rollout.drop_equal_rewards=false"]  # a random model scores 0 everywhere: keep its groups
+
+
+def quickstart(home: Path, model: Path, stop_after: str | None = None) -> tuple[int, str, str]:
+    """Run the command; with stop_after, SIGTERM it once that stage's done line is printed."""
+    env = {**os.environ, "MEMAGENT_HOME": str(home)}
+    cmd = [sys.executable, "-m", "pipelines.cli", "quickstart", f"model.path={model}", *SMALL]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    if stop_after is None:
+        out, err = proc.communicate(timeout=1200)
+        return proc.returncode, out, err
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("[") and f"] {stop_after}: done" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out, "".join(lines) + err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model_dir):
+    home = tmp_path_factory.mktemp("qs-home")
+    first = quickstart(home, tiny_model_dir, stop_after="sft")
+    time.sleep(2)
+    second = quickstart(home, tiny_model_dir)
+    return home, first, second
+
+
+def test_an_interrupted_quickstart_resumes_without_redoing_stages(runs):
+    _, (rc1, _, err1), (rc2, out2, err2) = runs
+    assert rc1 == 128 + signal.SIGTERM, err1[-2000:]
+    assert rc2 == 0, err2[-3000:]
+    for stage in ("data", "eval_before", "sft"):
+        assert f"] {stage}: done earlier" in err2
+    for stage in ("eval_sft", "rl", "eval_after", "register", "serve"):
+        assert f"] {stage}: done in" in err2
+    assert "step 1/2" not in err2  # SFT did not run again
+
+
+def test_the_stage_outputs_exist_and_agree(runs):
+    home, _, (_, out, _) = runs
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["n"] == 3 and all(0.0 <= summary[k] <= 1.0 for k in ("before", "after_sft", "after"))
+    assert summary["model"] == "models:/memagent-quickstart/1" and summary["alias"] == "production"
+    root = home / "quickstart"
+    ledger = json.loads((root / "stages.json").read_text())
+    assert ledger["data"]["train"]["rows"] == 12 and ledger["data"]["eval"]["rows"] == 3
+    assert (root / "store").is_dir() and any((root / "store").rglob("*.parquet"))
+    batch = pq.read_table(ledger["serve"]["output"]).to_pylist()
+    heldout = {r["sample_id"] for r in pq.read_table(root / "tasks" / "eval").to_pylist()}
+    assert len(batch) == 2 and {r["id"] for r in batch} <= heldout and not any(r["error"] for r in batch)
+    assert "held-out sub_em" in out and "mlflow ui --backend-store-uri" in out
+
+
+def test_mlflow_holds_the_runs_and_the_registered_version(runs):
+    from mlflow import MlflowClient
+
+    home = runs[0]
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    mv = client.get_model_version_by_alias("memagent-quickstart", "production")
+    assert str(mv.version) == "1" and float(mv.tags["heldout_n"]) == 3
+    commands = [r.data.tags.get("command") for e in client.search_experiments()
+                for r in client.search_runs([e.experiment_id])]
+    assert commands.count("eval") >= 3 and commands.count("train") >= 2
+    tags = client.get_run(mv.run_id).data.tags  # the version's lineage: the RL run that made it
+    assert tags["command"] == "train" and tags["quickstart"] == "rl"
