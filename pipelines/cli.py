@@ -26,14 +26,14 @@ from pipelines.errors import UserError
 
 # name -> (module, help). Adding a command is one line here plus the module.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "quickstart": ("pipelines.quickstart", "import the model, answer over a generated long document"),
+    "quickstart": ("pipelines.quickstart.command", "the whole product: ingest, evaluate, train, register, serve"),
     "ask": ("pipelines.ask", "answer a question over one document (local path or s3://)"),
     "model": ("pipelines.models.command", "model store and registry (import built-ins, register a version)"),
     "serve": ("pipelines.serve.app", "serve the agent over HTTP (Ray Serve): answers, batch jobs, OpenAI chat"),
     "batch": ("pipelines.serve.batch", "run a batch QA job (on a running server, or start one here)"),
     "eval": ("pipelines.eval.ladder", "accuracy against document length: memory agent vs baselines"),
     "ingest": ("pipelines.ingest.command", "stream a corpus (local or s3://) into the chunk store"),
-    "data": ("pipelines.ingest.data_command", "build offline long-context task datasets (data build)"),
+    "data": ("pipelines.ingest.data_command", "build task datasets (data build), import your own QA rows (data import)"),
     "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
     "config": ("pipelines.cluster.check", "check a config without starting anything: keys, resources, window"),
     "train": ("pipelines.learn.command", "train the agent: SFT warm start (--sft) or Multi-Conv DAPO with rollout workers"),

@@ -23,6 +23,7 @@ from pipelines.errors import UserError
 from pipelines.eval.config import EvalConfig
 from pipelines.ingest.config import IngestConfig
 from pipelines.learn.config import LearnConfig
+from pipelines.quickstart.config import QuickstartConfig
 from pipelines.rollout.config import RolloutConfig
 from pipelines.serve.config import ServeConfig
 from pipelines.track.config import TrackConfig
@@ -58,6 +59,7 @@ class Config(Strict):
     rollout: RolloutConfig = RolloutConfig()
     learn: LearnConfig = LearnConfig()
     cluster: ClusterConfig = ClusterConfig()
+    quickstart: QuickstartConfig = QuickstartConfig()
 
     @property
     def home_path(self) -> Path:
