@@ -221,8 +221,6 @@ def main(cfg: Config, workers: list | None = None) -> dict:
         if todo:
             run_cells(cfg, out, todo, tracker, workers)
         result = finalize(cfg, out, tracker)
-    print(result["table"])
-    print(f"results: {out}")
     return result
 
 
@@ -254,4 +252,6 @@ def apply_args(cfg: Config, args) -> Config:
 def run(cfg: Config, args) -> None:
     if not cfg.eval.tasks and not args.tasks:
         raise UserError("eval: no tasks given (--tasks)")
-    main(apply_args(cfg, args))
+    result = main(apply_args(cfg, args))
+    print(result["table"])
+    print(f"results: {result['out']}")

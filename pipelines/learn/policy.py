@@ -116,7 +116,8 @@ class Policy:
         self.opt.step()
         self.sched.step()
         out = {**tally.means(), "loss": total, "grad_norm": grad_norm, "lr": self.sched.get_last_lr()[0],
-               "tokens": tally.tokens, "step_s": time.perf_counter() - start}
+               "tokens": tally.tokens, "seq_tokens": float(sum(len(batch[i]) for i in mine)),
+               "step_s": time.perf_counter() - start}
         if gap_n:
             out["logprob_mismatch"] = gap / gap_n
         return out

@@ -122,16 +122,18 @@ def out_of_time(run: RunSpec) -> bool:
 
 def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
     publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions) if rank == 0 else None
-    keep_from = state.version
+    keep_from, last_batch = state.version, time.perf_counter()
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()
         groups = share(ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step)) if rank == 0 else None, world)
         if not groups:
             break
-        wait_s = time.perf_counter() - t0
+        wait_s, every_s, last_batch = time.perf_counter() - t0, time.perf_counter() - last_batch, time.perf_counter()
         batch, fresh = rl_batch(groups, state.version, cfg.learn.norm_std)
         m = policy.step(batch, list(range(rank, len(batch), world)), fresh=fresh)
-        metrics = {**learner_metrics(m), **MetricsTally().add(groups, state.version).metrics(),
+        # rollout/tokens_per_s: the batch's generated tokens per second between batches (what
+        # reaches the learner; groups dropped by dynamic sampling are not counted)
+        metrics = {**learner_metrics(m), **MetricsTally().add(groups, state.version).metrics(seconds=every_s),
                    "rollout/wait_s": wait_s}
         state.step = step
         if step % cfg.learn.push_every == 0 or step == run.steps:
@@ -177,8 +179,9 @@ def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, floa
 
 
 def learner_metrics(m: dict[str, float]) -> dict[str, float]:
-    out = {f"train/{k}": v for k, v in m.items() if k not in ("tokens", "step_s")}
-    out["train/tokens_per_s"] = m["tokens"] / max(m["step_s"], 1e-9)
+    """train/tokens_per_s: every token the step read (prompts and responses; this rank's)."""
+    out = {f"train/{k}": v for k, v in m.items() if k not in ("tokens", "seq_tokens", "step_s")}
+    out["train/tokens_per_s"] = m["seq_tokens"] / max(m["step_s"], 1e-9)
     out["train/step_s"] = m["step_s"]
     return out
 

@@ -24,7 +24,7 @@ ROLLOUT_FILTERED_GROUPS = "rollout/filtered_groups"  # groups with all-equal rew
 ROLLOUT_TURNS = "rollout/turns"
 ROLLOUT_MEMORY_TOKENS = "rollout/memory_tokens"
 ROLLOUT_RESPONSE_TOKENS = "rollout/response_tokens"
-ROLLOUT_TOKENS_PER_S = "rollout/tokens_per_s"
+ROLLOUT_TOKENS_PER_S = "rollout/tokens_per_s"  # generated tokens per second (train: of the batches delivered)
 ROLLOUT_STALENESS = "rollout/staleness"  # policy versions behind the learner
 ROLLOUT = (ROLLOUT_REWARD_MEAN, ROLLOUT_REWARD_STD, ROLLOUT_ACCURACY, ROLLOUT_FILTERED_GROUPS,
            ROLLOUT_TURNS, ROLLOUT_MEMORY_TOKENS, ROLLOUT_RESPONSE_TOKENS, ROLLOUT_TOKENS_PER_S,
@@ -37,7 +37,7 @@ TRAIN_CLIP_LOW = "train/clip_low"  # fraction of tokens clipped at 1 - eps_low
 TRAIN_CLIP_HIGH = "train/clip_high"  # fraction clipped at 1 + eps_high
 TRAIN_LR = "train/lr"
 TRAIN_GRAD_NORM = "train/grad_norm"
-TRAIN_TOKENS_PER_S = "train/tokens_per_s"
+TRAIN_TOKENS_PER_S = "train/tokens_per_s"  # every token a step reads (prompts and responses)
 TRAIN_WEIGHT_PUSH_S = "train/weight_push_s"
 TRAIN_RATIO_MEAN = "train/ratio_mean"
 TRAIN_NLL = "train/nll"  # SFT
