@@ -74,6 +74,14 @@ def s3(tmp_path_factory):
             os.environ[k] = v
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run `memagent ARGS` as a user would, in a fresh process."""
     return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from pipelines.learn.config import LearnConfig
 from pipelines.learn.packing import TrainSeq
 from pipelines.learn.policy import Policy
 from pipelines.learn.trainer import grad_sync
+from tests.conftest import free_port
 
 CFG = LearnConfig(lr=1e-3, token_budget=64, grad_clip=1e9, seed=0)
 
@@ -32,11 +32,6 @@ def batch(vocab: int, sft: bool) -> list[TrainSeq]:
                              old, 1.0 if sft else rng.choice((0.75, -0.5, 0.25)), i // 2))
     return seqs
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def grads(policy: Policy) -> dict[str, torch.Tensor]:

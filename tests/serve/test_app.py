@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from pipelines.config import load_config
 from tests.conftest import run_cli
+from tests.serve.running import running_app, token_client
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +28,6 @@ TOKEN = "test-token"
 S3_ALLOWED = "s3://memagent-test/serve"
 N_DOCS, N_ROWS = 10, 50
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def needle_doc(i: int) -> str:
@@ -57,12 +52,7 @@ def store(tmp_path_factory, smollm2_dir, home):
 
 @pytest.fixture(scope="module")
 def served(s3, store, tmp_path_factory):
-    import ray
-
-    from pipelines.serve import app
-
     state = tmp_path_factory.mktemp("serve-state")
-    os.environ["MEMAGENT_SERVE_TOKEN"] = TOKEN
     cfg = load_config(overrides=[
         "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=16",
         "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
@@ -71,18 +61,13 @@ def served(s3, store, tmp_path_factory):
         f"serve.store={store}", f"serve.state_dir={state}",
         # every test's tmp_path may be named; `outside` below may not
         f"serve.allowed_paths=[{tmp_path_factory.getbasetemp()}]", f"serve.allowed_s3_prefixes=[{S3_ALLOWED}]"])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        url = app.start(cfg, port=free_port())
+    with running_app(cfg, TOKEN) as url:
         yield cfg, url
-    finally:
-        app.stop(cfg)
-        os.environ.pop("MEMAGENT_SERVE_TOKEN", None)
 
 
 @pytest.fixture(scope="module")
 def client(served):
-    with httpx.Client(base_url=served[1], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300) as c:
+    with token_client(served[1], TOKEN) as c:
         yield c
 
 

@@ -4,7 +4,6 @@ left, checked by the process ids it had while serving (the transformers engine: 
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +12,10 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_serving(proc: subprocess.Popen, stdout, timeout: float = 300) -> str:

@@ -7,8 +7,6 @@ characters), their stop strings, and a closed stream ending its generation."""
 
 import asyncio
 import json
-import os
-import socket
 import time
 from collections.abc import Iterator
 
@@ -17,16 +15,12 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.engine.streaming import TextDeltas, collect
+from tests.serve.running import running_app, token_client
 
 TOKEN = "stream-token"
 CHUNK = 128
 QUESTION = "What is the code of box 3?"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def needle_doc(filler: int) -> str:
@@ -35,11 +29,6 @@ def needle_doc(filler: int) -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, smollm2_dir):
-    import ray
-
-    from pipelines.serve import app
-
-    os.environ["MEMAGENT_SERVE_TOKEN"] = TOKEN
     cfg = load_config(overrides=[
         f"model.path={smollm2_dir}", "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048",
         "engine.max_num_seqs=8",
@@ -47,17 +36,13 @@ def served(tmp_path_factory, smollm2_dir):
         "serve.replicas=1", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=1", "serve.max_queued_requests=8",
         f"serve.state_dir={tmp_path_factory.mktemp('stream-state')}",
         f"serve.allowed_paths=[{tmp_path_factory.getbasetemp()}]"])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield cfg, app.start(cfg, port=free_port())
-    finally:
-        app.stop(cfg)
-        os.environ.pop("MEMAGENT_SERVE_TOKEN", None)
+    with running_app(cfg, TOKEN) as url:
+        yield cfg, url
 
 
 @pytest.fixture(scope="module")
 def client(served):
-    with httpx.Client(base_url=served[1], headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300) as c:
+    with token_client(served[1], TOKEN) as c:
         yield c
 
 
