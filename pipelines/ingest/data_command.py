@@ -46,9 +46,22 @@ def run(cfg, args) -> None:
             print(example)
         print(summary.line(req))
         return
-    from pipelines.ingest.builders.build import BuildRequest, build
+    from pipelines.ingest.builders.build import BuildRequest
 
     req = BuildRequest(task=args.task, lengths=args.lengths, n=args.n, seed=args.seed, split=args.split,
                        out=args.out, store=args.store or cfg.ingest.store, haystack=args.haystack,
                        values=args.values)
-    print(build(req, cfg).line())
+    print(build_with_progress(req, cfg).line())
+
+
+def build_with_progress(req, cfg):
+    """`data build` with a progress display: documents generated, then objects ingested."""
+    from pipelines.ingest.builders.build import build
+    from pipelines.ingest.builders.common import parse_lengths
+    from pipelines.progress import Progress
+
+    total = req.n * len(parse_lengths(req.lengths))
+    with Progress(f"data build {req.task}", total=total, unit="doc") as docs, \
+            Progress("ingest", unit="object") as objects:
+        return build(req, cfg, lambda: docs.update(1),
+                     lambda s, n: objects.set(s.objects, n, documents=s.documents, chunks=s.chunks))

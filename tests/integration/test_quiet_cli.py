@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO, make_tiny_llama, run_cli
 
-OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: )")
+OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: |data build )")
 TINY = ["agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "track.enabled=false"]
 
 
@@ -119,6 +119,19 @@ def test_ingest_shows_objects_on_stderr_and_json_on_stdout(tmp_path, cmd_home, t
     assert all(OURS.match(line) for line in err), err
     assert [line.split(",")[0] for line in err[1:]] == ["ingest: 1/2 objects (50%)", "ingest: 2/2 objects (100%)",
                                                         "ingest: 2/2 objects (100%)"]
+
+
+def test_data_build_shows_documents_then_objects(tmp_path, cmd_home, tiny_model_dir):
+    proc = run_cli("data", "build", "--task", "niah_single", "--lengths", "256", "--n", "3", "--split", "eval",
+                   "--out", str(tmp_path / "rows"), "--store", str(tmp_path / "store"), "ingest.runner=local",
+                   f"model.path={tiny_model_dir}", "track.enabled=false", env=env(cmd_home))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("wrote 3 task rows")
+    err = proc.stderr.splitlines()
+    assert all(OURS.match(line) for line in err), err
+    docs = [line for line in err if line.startswith("data build niah_single: ")]
+    assert docs and docs[-1].startswith("data build niah_single: 3/3 docs (100%)")
+    assert any(line.startswith("ingest: 1/1 objects (100%)") for line in err)
 
 
 @pytest.mark.slow

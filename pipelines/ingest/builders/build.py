@@ -8,7 +8,7 @@ length), then ingested like any corpus: same tokenizer, same chunking, same mani
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pipelines.errors import UserError
@@ -82,7 +82,9 @@ def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
                    "doc_id": doc_id, "task": req.task, "split": req.split, "evidence": s.evidence}
 
 
-def build(req: BuildRequest, cfg) -> BuildSummary:
+def build(req: BuildRequest, cfg, on_doc: Callable[[], None] | None = None,
+          on_object: Callable[[IngestSummary, int], None] | None = None) -> BuildSummary:
+    """on_doc(): after each document is generated; on_object: the ingest's (progress displays)."""
     from pipelines.ingest.tokenizer import load_backend
 
     if req.n <= 0:
@@ -90,11 +92,15 @@ def build(req: BuildRequest, cfg) -> BuildSummary:
     lengths = parse_lengths(req.lengths)
     backend, _ = load_backend(cfg.model.path, cfg.home_path)
     count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
-    stubs = [stub for target in lengths for stub in stage_documents(req, target, count)]
+    stubs = []
+    for stub in (stub for target in lengths for stub in stage_documents(req, target, count)):
+        stubs.append(stub)
+        if on_doc is not None:
+            on_doc()
     fs, root = resolve(req.store)
     source = f"{'s3://' if req.store.startswith('s3://') else ''}{root}/sources/{tag(req)}/{req.split}/s{req.seed}"
     icfg = cfg.ingest.model_copy(update={"text_field": "text", "id_field": "id", "patterns": ("*.jsonl",)})
-    summary = ingest(source, req.store, icfg, cfg.model.path, cfg.home_path)
+    summary = ingest(source, req.store, icfg, cfg.model.path, cfg.home_path, on_object)
     store = ChunkStore(req.store)
     missing = [s["doc_id"] for s in stubs if not store.has(s["doc_id"])]
     if missing:
