@@ -16,6 +16,20 @@ class LoraConfig(Strict):
     targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+class ContinuousConfig(Strict):
+    """`memagent train --continuous` (pipelines/learn/continuous.py)."""
+
+    poll_s: float = Field(60.0, gt=0)  # between listings of the task folder while nothing is new
+    # The mean paired held-out sub_em gain over @production a round's model must beat to be registered.
+    margin: float = Field(0.02, ge=0)
+    # Optimizer steps per round; None: one pass over the round's new rows (RL: rows /
+    # rollout.batch_groups; SFT: learn.sft_epochs passes over their traces, at most learn.steps).
+    steps: int | None = Field(None, gt=0)
+    # The fixed held-out rows (`--heldout`); None: learn.task's eval split, built once in OUT.
+    heldout: str | None = None
+    eval_n: int = Field(64, gt=0)  # held-out rows scored per task
+
+
 class LearnConfig(Strict):
     lr: float = Field(1e-6, gt=0)  # the paper's, for full fine-tuning of a 7B model
     warmup_steps: int = Field(0, ge=0)
@@ -72,3 +86,4 @@ class LearnConfig(Strict):
     curriculum: bool = False
     # The registered model's name in the MLflow registry (a new version per run).
     registry_name: str = "memagent"
+    continuous: ContinuousConfig = ContinuousConfig()
