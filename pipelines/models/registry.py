@@ -44,11 +44,16 @@ def resolve_version(client, ref: RegistryRef) -> str:
 
 def alias_version(name: str, alias: str, home: Path, track: TrackConfig) -> int | None:
     """The version `models:/NAME@ALIAS` names now; None if the name or the alias does not exist."""
+    prepare_environment(track)
+    return version_at(default_tracking_uri(home, track), name, alias)
+
+
+def version_at(uri: str, name: str, alias: str) -> int | None:
+    """alias_version against the tracking server at `uri` (for processes without the config)."""
     from mlflow.exceptions import MlflowException
 
-    prepare_environment(track)
     try:
-        return int(_client(default_tracking_uri(home, track)).get_model_version_by_alias(name, alias).version)
+        return int(_client(uri).get_model_version_by_alias(name, alias).version)
     except MlflowException:
         return None
 

@@ -24,7 +24,8 @@ from pipelines.quickstart.stages import Run
 
 STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
     ("data", "build train and held-out questions, ingest their documents", stages.data),
-    ("eval_before", "score the base model on the held-out questions", lambda r: stages.evaluate(r, "eval_before", None)),
+    ("eval_before", "score the base model on the held-out questions",
+     lambda r: stages.evaluate(r, "eval_before", None)),
     ("sft", "warm start: fine-tune on memory traces", lambda r: stages.train(r, "sft")),
     ("eval_sft", "score the SFT model", lambda r: stages.evaluate(r, "eval_sft", r.done["sft"]["model"])),
     ("rl", "train with Multi-Conv DAPO on the rollout workers", lambda r: stages.train(r, "rl")),

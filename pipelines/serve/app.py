@@ -72,10 +72,13 @@ def build_app(cfg: Config, model: str | None = None):
     paths, prefixes = allowed(cfg)
     serve_cfg = s.model_copy(update={"store": s.store and absolute_uri(s.store), "allowed_paths": paths,
                                      "allowed_s3_prefixes": prefixes})
+    from pipelines.serve.follow import Follow, alias_of
     from pipelines.track.tracker import default_tracking_uri
 
-    settings = ReplicaSettings(absolute_ref(model or cfg.model.path), str(cfg.home_path), state_dir(cfg),
-                               cfg.engine, cfg.agent, serve_cfg, default_tracking_uri(cfg.home_path, cfg.track))
+    ref, tracking = absolute_ref(model or cfg.model.path), default_tracking_uri(cfg.home_path, cfg.track)
+    named = alias_of(ref)
+    follow = Follow(*named, tracking, s.follow_interval_s) if s.follow_alias and named else None
+    settings = ReplicaSettings(ref, str(cfg.home_path), state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
     agent = Agent.options(
@@ -84,7 +87,7 @@ def build_app(cfg: Config, model: str | None = None):
         ray_actor_options={"num_cpus": s.replica_cpus, "runtime_env": {"env_vars": env}},
     ).bind(settings)
     jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings)
-    gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg))
+    gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg), follow)
     return Gateway.options(ray_actor_options=light, max_ongoing_requests=10_000).bind(agent, jobs, gateway)
 
 

@@ -26,6 +26,10 @@ class ServeConfig(Strict):
     allowed_s3_prefixes: tuple[str, ...] | None = None
     # Where job registry and the current model version live; "" -> HOME/serve.
     state_dir: str = ""
+    # Serving models:/NAME@ALIAS: poll the alias and reload the version it moves to
+    # (pipelines/serve/follow.py); otherwise the version it named at start is kept.
+    follow_alias: bool = False
+    follow_interval_s: float = Field(30.0, gt=0)
     replicas: int = Field(1, ge=1)
     replica_cpus: float = Field(1.0, gt=0)
     # Documents in flight per replica (each interleaves their turns on one engine).

@@ -12,6 +12,7 @@ that disconnects cancels the replica's generator, so its loop stops and its slot
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -22,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
+from pipelines.serve.follow import Follow, follow
 from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, Reply, ServeError, parse_body
 
 app = FastAPI(title="memagent serve", version="1",
@@ -35,6 +37,7 @@ class GatewaySettings:
     max_request_bytes: int
     retry_after_s: int
     state_dir: str
+    follow: Follow | None = None  # serving models:/NAME@ALIAS with serve.follow_alias
 
 
 def body_doc(model) -> dict:
@@ -106,9 +109,19 @@ async def read_limited(request: Request, limit: int) -> bytes:
 @serve.deployment(name="Gateway")
 @serve.ingress(app)
 class Gateway:
-    def __init__(self, agent, jobs, settings: GatewaySettings):
+    async def __init__(self, agent, jobs, settings: GatewaySettings):
         self.agent, self.jobs, self.s = agent, jobs, settings
         self.streams = agent.options(stream=True)
+        if settings.follow is not None:
+            self._follower = asyncio.get_running_loop().create_task(
+                follow(settings.follow, self._served, self._reload_to))
+
+    async def _served(self) -> str:
+        return (await self.agent.info.remote())["model"]
+
+    async def _reload_to(self, model: str) -> bool:
+        reply = await self._reload(ReloadRequest(model=model))
+        return reply.error is None
 
     def _auth(self, request: Request, admin: bool = False) -> None:
         if self.s.token is None:

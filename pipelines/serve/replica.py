@@ -27,6 +27,7 @@ from pipelines.serve.config import ServeConfig
 from pipelines.serve.documents import DocLimits, Documents, Reading
 from pipelines.serve.jobs import OutputRow
 from pipelines.serve.schema import DOC_FIELDS, Reply
+from pipelines.serve.follow import pin
 from pipelines.serve.state import read_model_state
 
 
@@ -59,6 +60,8 @@ class AgentCore:
     def create(cls, settings: ReplicaSettings) -> "AgentCore":
         """Serves the last reloaded version if there was one, else the configured model."""
         model, version = read_model_state(settings.state_dir) or (settings.model, 0)
+        if settings.tracking_uri:  # models:/NAME@ALIAS -> the models:/NAME/VERSION it names now
+            model = pin(model, settings.tracking_uri)
         model_dir = _model_dir(settings, model)
         return cls(settings, create_engine(str(model_dir), settings.engine, version), model)
 
