@@ -44,7 +44,7 @@ def run(overrides: list[str], steps: int, staleness: int) -> list[dict]:
     import ray
 
     from pipelines.config import load_config
-    from pipelines.learn.command import TrainRequest, main
+    from pipelines.learn.job import TrainRequest, main
 
     cfg = load_config(None, [*overrides, f"rollout.max_staleness={staleness}"])
     rows: list[dict] = []

@@ -244,7 +244,7 @@ def train(cfg: Config, req: Request, state: dict, tracker, deadline: float | Non
     """The round's training run (resumed from its checkpoint if one is there); None if the
     deadline cut it short."""
     from pipelines.learn import runs
-    from pipelines.learn.command import TrainRequest, main as train_main
+    from pipelines.learn.job import TrainRequest, main as train_main
     from pipelines.models import config_model_dir
 
     rnd, cc = state["current"], cfg.learn.continuous

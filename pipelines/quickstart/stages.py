@@ -93,7 +93,7 @@ def train(run: Run, kind: str) -> dict:
     """SFT on traces of the train rows, or RL from the SFT model on the pool's workers; an
     interrupted run resumes from its last checkpoint."""
     from pipelines.learn import runs
-    from pipelines.learn.command import TrainRequest, main
+    from pipelines.learn.job import TrainRequest, main
     from pipelines.models import config_model_dir
     from pipelines.track.tracker import command_run, create_tracker
 

@@ -1,0 +1,135 @@
+"""One training run (`memagent train` without --continuous): RL with rollout workers, or SFT
+on memory traces; its progress lines, metrics and curve. The CLI is pipelines/learn/command.py;
+the quickstart and continuous training call `main` directly."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pipelines import logs
+from pipelines.config import Config
+from pipelines.errors import UserError
+from pipelines.learn import runs
+from pipelines.learn.trainer import RunSpec
+from pipelines.learn.weights import FolderPublisher
+from pipelines.storage import absolute_uri, exists
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    sft: bool = False
+    tasks: str | None = None
+    steps: int | None = None
+    max_minutes: float | None = None
+    out: str | None = None
+    resume: bool = False
+    heldout: str | None = None  # rows RL scores every learn.eval_every steps (default: learn.task's eval split)
+
+
+def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list | None = None) -> dict:
+    """watch(step, metrics): called for every step as it lands, beside the progress line.
+    workers: RL's rollout actors, already holding the run's starting policy, to use and leave
+    running (default: started for the run and stopped after it)."""
+    from pipelines.learn.launch import fit
+    from pipelines.learn.sftdata import sft_datasets
+    from pipelines.models import config_model_dir
+    from pipelines.rollout.service import ensure_ray
+
+    steps = req.steps or cfg.learn.steps
+    if steps <= 0:
+        raise UserError(f"--steps {steps}: must be positive")
+    if not req.sft and cfg.rollout.top_p < 1.0:  # the ratio would divide by a cut distribution
+        raise UserError(f"rollout.top_p={cfg.rollout.top_p}: training samples with top_p=1 (the learner "
+                        "scores the full distribution)")
+    model_dir = str(config_model_dir(cfg))
+    out = absolute_uri(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
+    prior = runs.latest_state(out, model_dir)
+    if prior is not None and not req.resume:
+        raise UserError(f"out '{out}': holds a run at step {prior.step}; pass --resume, or another --out")
+    if prior is None and req.resume:
+        raise UserError(f"--resume: no checkpoint under '{out}'")
+    if prior is not None and steps < prior.step:
+        raise UserError(f"--steps {steps}: the run in '{out}' is already at step {prior.step}")
+    if prior is not None and prior.weights and not exists(f"{prior.weights}/config.json"):
+        raise UserError(f"checkpoint of step {prior.step} in '{out}': its policy '{prior.weights}' is gone")
+    tasks = req.tasks or runs.build_split(cfg, out, model_dir)
+    runs.check_tasks(tasks, need_evidence=req.sft)
+    minutes = req.max_minutes or cfg.learn.max_minutes
+    run = RunSpec(out, model_dir, steps, time.time() + 60 * minutes if minutes else None, req.sft, tasks)
+    ensure_ray()
+    hub = None
+    if not req.sft:
+        from pipelines.rollout.hub import start_hub
+
+        hub = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
+                        prior.cursor if prior else None, workers=workers)
+        evals = (req.heldout or runs.build_split(cfg, out, model_dir, "eval")) if cfg.learn.eval_every else ""
+        run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
+    started, last, history = time.perf_counter(), {}, []
+    try:
+        datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
+        def step_done(step: int, m: dict) -> None:
+            on_step(step, steps, m, tracker)
+            history.append((step, m))
+            last.update({k: v for k, v in m.items() if k.startswith("eval/") or k == "train/heldout_loss"})
+            if watch is not None:
+                watch(step, m)
+
+        result = fit(cfg, run, {}, datasets, step_done)
+    finally:
+        if hub is not None:
+            import ray
+
+            ray.get(hub.close.remote())
+            ray.kill(hub)
+    state = runs.latest_state(out, model_dir)
+    if state is None:
+        raise UserError(f"out '{out}': the run ended before its first checkpoint")
+    if not req.sft:  # while the run lasted, versions its index might still name were kept too
+        FolderPublisher(out, model_dir, cfg.learn.keep_versions).prune(state.version)
+    model = runs.final_model(out, state, req.sft)
+    log_curve(history, out, req.sft, tracker)
+    return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
+            "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2), "metrics": last}
+
+
+def log_curve(history: list, out: str, sft: bool, tracker) -> None:
+    """OUT/curve.png (local runs) and the run's `train/curve.png` artifact in MLflow."""
+    import tempfile
+    from pathlib import Path
+
+    from pipelines.learn.curve import plot_curve
+    from pipelines.storage import is_s3
+
+    with tempfile.TemporaryDirectory() as d:
+        png = plot_curve(history, Path(d) / "curve.png", sft)
+        if png is None:
+            return
+        if not is_s3(out):
+            Path(out, "curve.png").write_bytes(png.read_bytes())
+        if tracker is not None:
+            tracker.log_artifact(png, "train")
+
+
+SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss", "train/loss"),
+        ("heldout", "train/heldout_loss"), ("kl", "train/kl"), ("clip", "train/clip_high"),
+        ("resp", "rollout/response_tokens"), ("mem", "rollout/memory_tokens"), ("stale", "rollout/staleness"),
+        ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
+
+
+def shown_evals(metrics: dict) -> str:
+    return "  ".join(f"{k.removeprefix('eval/').removesuffix('/sub_em')} {v:.3f}" for k, v in metrics.items()
+                     if k.startswith("eval/") and k.endswith("/sub_em"))
+
+
+def on_step(step: int, steps: int, metrics: dict, tracker) -> None:
+    """One progress line on stderr per step; every metric to MLflow."""
+    shown = "  ".join(f"{label} {metrics[key]:.3g}" for label, key in SHOW if key in metrics)
+    if evals := shown_evals(metrics):
+        shown += f"  | held-out sub_em: {evals}"
+    print(f"step {step}/{steps}  {shown}", file=logs.console(), flush=True)
+    if tracker is not None:
+        from pipelines.track.metrics import LEARNER
+
+        tracker.log_metrics({k: v for k, v in metrics.items() if k in LEARNER or k.startswith("eval/")}, step=step)
