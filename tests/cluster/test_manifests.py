@@ -6,6 +6,7 @@ CLI's real parser, and the sizes match the config's `cluster:` section."""
 from __future__ import annotations
 
 import copy
+import gzip
 import importlib
 import os
 import re
@@ -25,7 +26,9 @@ from pipelines.errors import UserError
 from pipelines.models.refs import parse_registry_ref
 
 K8S = REPO / "infra" / "k8s"
-CRDS = Path(os.environ.get("KUBERAY_CRDS", REPO.parent / "shared" / "k8s" / "kuberay-v1.7.0"))
+# The CRDs KubeRay v1.7.0 ships (Apache-2.0), gzipped here so a clean clone has them;
+# KUBERAY_CRDS names another folder of ray.io_*.yaml[.gz] files.
+CRDS = Path(os.environ.get("KUBERAY_CRDS", Path(__file__).parent / "kuberay-v1.7.0"))
 KUBERNETES = "1.33"
 NOT_OBJECTS = {"kustomization.yaml", "config.yaml"}
 CONFIG_DIR = "/etc/memagent"
@@ -62,8 +65,9 @@ def crd_schemas() -> dict[tuple[str, str], dict]:
     """(apiVersion, kind) -> strict openAPIV3Schema, from the CRD files KubeRay v1.7.0 ships."""
     assert CRDS.is_dir(), f"KubeRay CRDs not found at {CRDS} (set KUBERAY_CRDS)"
     out = {}
-    for path in CRDS.glob("ray.io_*.yaml"):
-        crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for path in sorted(CRDS.glob("ray.io_*.yaml*")):
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         for version in crd["spec"]["versions"]:
             key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
             out[key] = strict(version["schema"]["openAPIV3Schema"])
