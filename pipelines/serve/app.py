@@ -108,11 +108,18 @@ def start(cfg: Config, model: str | None = None, host: str | None = None, port: 
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
 
 
-def stop(cfg: Config, shutdown_ray: bool = True) -> None:
+def stop(cfg: Config, shutdown_ray: bool = True, timeout_s: float = 30.0) -> None:
+    """Serve's shutdown, bounded: after a Ctrl-C to the whole process group its controller may
+    be gone already, and waiting on it would hang the command (pipelines/raylife.py then ends
+    what is left of the local Ray)."""
+    import threading
+
     import ray
     from ray import serve
 
-    serve.shutdown()
+    closing = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
+    closing.start()
+    closing.join(timeout_s)
     if shutdown_ray:
         ray.shutdown()
 
