@@ -78,8 +78,7 @@ def build_app(cfg: Config, model: str | None = None):
     ref, tracking = absolute_ref(model or cfg.model.path), default_tracking_uri(cfg.home_path, cfg.track)
     named = alias_of(ref)
     follow = Follow(*named, tracking, s.follow_interval_s) if s.follow_alias and named else None
-    settings = ReplicaSettings(ref, str(cfg.home_path), state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking,
-                               cfg.track.experiment if cfg.track.enabled else None)
+    settings = ReplicaSettings(ref, str(cfg.home_path), state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
     agent = Agent.options(

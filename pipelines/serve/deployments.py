@@ -13,7 +13,6 @@ from contextlib import aclosing
 
 from ray import serve
 
-from pipelines.serve.jobruns import JobRun
 from pipelines.serve.jobs import OutputRow
 from pipelines.serve.manager import JobManager
 from pipelines.serve.replica import AgentCore, ReplicaSettings
@@ -62,9 +61,7 @@ class Agent:
 @serve.deployment(name="Jobs", num_replicas=1)
 class Jobs:
     async def __init__(self, agent, settings: ReplicaSettings):
-        runs = JobRun(settings.tracking_uri, settings.experiment) if settings.experiment else None
-        self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings,
-                                  info=lambda: agent.info.remote(), runs=runs)
+        self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings)
         self._resume = asyncio.get_running_loop().create_task(self.manager.resume_all())
 
     async def submit(self, input_uri: str, output_uri: str) -> Reply:

@@ -24,10 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class JobManager:
-    def __init__(self, answer_row, settings, info=None, runs=None):
-        """answer_row: async row -> OutputRow (may raise on infrastructure failure); info: async
-        () -> the replicas' model and version; runs: a JobRun, to make each job an MLflow run."""
-        self.answer_row, self.cfg, self.info, self.runs = answer_row, settings.serve, info, runs
+    def __init__(self, answer_row, settings):
+        """answer_row: async row -> OutputRow (may raise on infrastructure failure)."""
+        self.answer_row, self.cfg = answer_row, settings.serve
         self.access = Access.of(self.cfg.allowed_paths, self.cfg.allowed_s3_prefixes)
         self.store = JobStore(settings.state_dir)
         self.tasks: dict[str, asyncio.Task] = {}
@@ -87,18 +86,7 @@ class JobManager:
         rows_in_flight = self.cfg.replicas * self.cfg.max_ongoing_requests
         runner = JobRunner(state, self._answer, rows_in_flight, self.cfg.shards_in_flight, self.store)
         self.store.live[state.job_id] = state
-        self.tasks[state.job_id] = asyncio.get_running_loop().create_task(self._tracked(runner, state))
-
-    async def _tracked(self, runner: JobRunner, state: JobState) -> JobState:
-        """runner.run(), inside the job's MLflow run when jobs are tracked."""
-        if self.runs is None:
-            return await runner.run()
-        model = await self.info() if self.info is not None else {}
-        run_id = await asyncio.to_thread(self.runs.start, state, model)
-        try:
-            return await runner.run()
-        finally:
-            await asyncio.to_thread(self.runs.end, run_id, state)
+        self.tasks[state.job_id] = asyncio.get_running_loop().create_task(runner.run())
 
     async def _answer(self, row: dict) -> OutputRow:
         from ray.serve.exceptions import BackPressureError

@@ -43,7 +43,6 @@ class ReplicaSettings:
     agent: AgentConfig
     serve: ServeConfig
     tracking_uri: str | None = None  # where models:/ refs are fetched from
-    experiment: str | None = None  # batch jobs are MLflow runs of this experiment (None: not tracked)
 
 
 class AgentCore:
