@@ -45,6 +45,7 @@ from pipelines import logs
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn.gate import decide, register, report, with_model
+from pipelines.rollout.pool import Pool
 from pipelines.storage import absolute_uri, exists, file_info, is_s3, resolve
 
 STATE = "continuous.json"
@@ -72,7 +73,9 @@ def main(cfg: Config, req: Request, tracker=None) -> dict:
     state = load_state(cfg, out, absolute_uri(req.tasks))
     before = len(state["rounds"])
     deadline = time.time() + 60 * req.max_minutes if req.max_minutes else None
-    pool = Pool(cfg)
+    from pipelines.eval.ladder import rollout_config
+
+    pool = Pool(rollout_config(cfg))
     try:
         loop(cfg, req, state, out, tracker, deadline, pool)
     finally:
@@ -100,35 +103,6 @@ def loop(cfg: Config, req: Request, state: dict, out: str, tracker, deadline: fl
         save_state(out, state)
         if not run_round(cfg, req, state, out, tracker, deadline, pool):
             break
-
-
-class Pool:
-    """The process's rollout workers, started on first need and kept across rounds: each
-    evaluation and RL round loads its policy into the running engines (no engine restarts)."""
-
-    def __init__(self, cfg: Config):
-        self.cfg, self.workers = cfg, []
-
-    def load(self, model: str) -> list:
-        import ray
-
-        if not self.workers:
-            from pipelines.eval.ladder import rollout_config
-            from pipelines.models import config_model_dir
-            from pipelines.rollout.service import ensure_ray
-            from pipelines.rollout.worker import start_workers
-
-            ensure_ray()
-            self.workers = start_workers(rollout_config(self.cfg), str(config_model_dir(self.cfg)))
-        ray.get([w.reset.remote(model, 0) for w in self.workers])
-        return self.workers
-
-    def close(self) -> None:
-        if self.workers:
-            from pipelines.rollout.worker import close_workers
-
-            close_workers(self.workers)
-            self.workers = []
 
 
 def load_state(cfg: Config, out: str, tasks: str) -> dict:

@@ -36,7 +36,6 @@ STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
 
 
 def main(cfg: Config, fresh: bool = False) -> dict:
-    from pipelines.rollout.worker import close_workers
     from pipelines.storage import remove_tree
 
     root = cfg.home_path.absolute() / "quickstart"
@@ -59,7 +58,7 @@ def main(cfg: Config, fresh: bool = False) -> dict:
             ledger.write_text(json.dumps(done, indent=1))
             print(f"[{i}/{len(STAGES)}] {name}: done in {done[name]['seconds']:.0f} s", file=logs.console(), flush=True)
     finally:
-        close_workers(run.pool)
+        run.pool.close()
     minutes = round((time.perf_counter() - started) / 60, 2)
     return {"before": done["eval_before"]["sub_em"], "after_sft": done["eval_sft"]["sub_em"],
             "after": done["eval_after"]["sub_em"], "n": done["eval_after"]["n"], "model": done["register"]["model"],

@@ -14,6 +14,7 @@ from typing import Any
 
 from pipelines.config import Config
 from pipelines.learn.config import LearnConfig
+from pipelines.rollout.pool import Pool
 
 
 @dataclass
@@ -21,7 +22,12 @@ class Run:
     cfg: Config  # the quickstart's, its store under root
     root: Path  # HOME/quickstart
     done: dict[str, Any]  # results of finished stages, by name
-    pool: list = field(default_factory=list)  # rollout worker actors, started on first need
+    pool: Pool = field(init=False)  # the rollout workers every evaluation and RL stage uses
+
+    def __post_init__(self) -> None:
+        from pipelines.eval.ladder import rollout_config
+
+        self.pool = Pool(rollout_config(eval_config(self, self.cfg.model.path, "")))
 
     @property
     def store(self) -> str:
@@ -43,27 +49,6 @@ def data(run: Run) -> dict:
     return {**out, "store": run.store}
 
 
-def pool(run: Run) -> list:
-    """The rollout workers, started once (the base model loaded)."""
-    if not run.pool:
-        from pipelines.eval.ladder import rollout_config
-        from pipelines.models import config_model_dir
-        from pipelines.rollout.service import ensure_ray
-        from pipelines.rollout.worker import start_workers
-
-        ensure_ray()
-        run.pool = start_workers(rollout_config(eval_config(run, run.cfg.model.path, "")),
-                                 str(config_model_dir(run.cfg)))
-    return run.pool
-
-
-def load_policy(run: Run, model: str | None) -> None:
-    """Every worker's engine on `model` (None: the base model), as a run's version 0."""
-    import ray
-
-    ray.get([w.reset.remote(model, 0) for w in pool(run)])
-
-
 def eval_config(run: Run, model: str, out: str) -> Config:
     q = run.cfg.quickstart
     e = run.cfg.eval.model_copy(update={
@@ -76,10 +61,10 @@ def evaluate(run: Run, name: str, model: str | None) -> dict:
     """Held-out sub_em of `model` (None: the base) on the held-out rows, through the ladder."""
     from pipelines.eval.ladder import main as ladder
 
-    load_policy(run, model)
+    workers = run.pool.load(model)
     out = str(run.root / name)
     cfg = eval_config(run, model or run.cfg.model.path, out)
-    cell = ladder(cfg, pool(run))["summary"][cfg.eval.tasks[0]][cfg.eval.lengths[0]]["memagent"]
+    cell = ladder(cfg, workers)["summary"][cfg.eval.tasks[0]][cfg.eval.lengths[0]]["memagent"]
     return {"sub_em": cell["sub_em"], "lo": cell["sub_em_lo"], "hi": cell["sub_em_hi"], "n": cell["n"],
             "rows": f"{out}/cells/{cfg.eval.tasks[0]}/{cfg.eval.lengths[0]}/memagent.parquet"}
 
@@ -103,8 +88,7 @@ def train(run: Run, kind: str) -> dict:
     cfg = learn_config(run, q.sft if sft else q.rl, model)
     out = str(run.root / kind)
     resume = runs.latest_state(out, str(config_model_dir(cfg))) is not None
-    if not sft:
-        load_policy(run, model)
+    workers = None if sft else run.pool.load(model)
     rates: dict[str, list[float]] = {"train/tokens_per_s": [], "rollout/tokens_per_s": []}
 
     def watch(step: int, m: dict) -> None:
@@ -115,7 +99,7 @@ def train(run: Run, kind: str) -> dict:
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "train", tags={"quickstart": kind, "base_model": model, "sft": sft}) as run_id:
         req = TrainRequest(sft=sft, tasks=run.done["data"]["train"]["tasks"], out=out, resume=resume)
-        result = main(cfg, req, tracker, watch, workers=None if sft else pool(run))
+        result = main(cfg, req, tracker, watch, workers=workers)
     rate = {k.replace("/", "_"): sum(v) / len(v) for k, v in rates.items() if v}
     return {"model": result["model"], "steps": result["steps"], "minutes": result["minutes"], "run_id": run_id,
             **rate}
@@ -142,11 +126,9 @@ def register(run: Run) -> dict:
 def serve(run: Run) -> dict:
     """Serve the registered version and answer held-out questions as a batch job through it."""
     from pipelines.ingest.tasks import read_task_rows
-    from pipelines.rollout.worker import close_workers
     from pipelines.serve.batch import main as batch
 
-    close_workers(run.pool)  # the served replica needs the cores the pool's engines held
-    run.pool = []
+    run.pool.close()  # the served replica needs the cores the pool's engines held
     q, folder = run.cfg.quickstart, run.root / "batch"
     folder.mkdir(parents=True, exist_ok=True)
     inputs = folder / "input.jsonl"

@@ -1,0 +1,35 @@
+"""One set of rollout workers kept for a whole job (the quickstart, continuous training): started on
+first need, and each stage's policy loaded into the running engines (`RolloutWorker.reset`),
+never by starting new ones."""
+
+from __future__ import annotations
+
+from pipelines.config import Config
+
+
+class Pool:
+    def __init__(self, cfg: Config):
+        """cfg: the rollout settings the workers start under (e.g. eval.ladder.rollout_config(cfg))."""
+        self.cfg, self.workers = cfg, []
+
+    def load(self, model: str | None) -> list:
+        """The workers (started if need be), every engine on `model` (None: the base model) as a
+        run's version 0."""
+        import ray
+
+        if not self.workers:
+            from pipelines.models import config_model_dir
+            from pipelines.rollout.service import ensure_ray
+            from pipelines.rollout.worker import start_workers
+
+            ensure_ray()
+            self.workers = start_workers(self.cfg, str(config_model_dir(self.cfg)))
+        ray.get([w.reset.remote(model, 0) for w in self.workers])
+        return self.workers
+
+    def close(self) -> None:
+        if self.workers:
+            from pipelines.rollout.worker import close_workers
+
+            close_workers(self.workers)
+            self.workers = []
