@@ -38,11 +38,10 @@ class LearnerState:
     rng: dict = field(default_factory=dict)
 
 
-def save(dest: Path, policy, state: LearnerState) -> Path:
+def save(dest: Path, blob: dict, state: LearnerState) -> Path:
+    """blob: Policy.training_state()."""
     dest.mkdir(parents=True, exist_ok=True)
-    trainable = {n: p.detach() for n, p in policy.model.named_parameters() if p.requires_grad}
-    torch.save({"model": trainable, "optim": policy.opt.state_dict(), "sched": policy.sched.state_dict()},
-               dest / "learner.pt")
+    torch.save(blob, dest / "learner.pt")
     v, ints, gauss = random.getstate()
     state.rng = {"torch": torch.get_rng_state().tolist(), "python": [v, list(ints), gauss]}
     (dest / "state.json").write_text(json.dumps(asdict(state)))
@@ -64,12 +63,7 @@ def read_state(src: Path, fingerprint: str) -> LearnerState:
 def load(src: Path, policy, fingerprint: str) -> LearnerState:
     state = read_state(src, fingerprint)
     try:
-        blob = torch.load(src / "learner.pt", map_location="cpu", weights_only=True)
-        missing = policy.model.load_state_dict(blob["model"], strict=False).unexpected_keys
-        if missing:
-            raise ValueError(f"unexpected keys {missing[:3]}")
-        policy.opt.load_state_dict(blob["optim"])
-        policy.sched.load_state_dict(blob["sched"])
+        policy.load_training_state(torch.load(src / "learner.pt", map_location="cpu", weights_only=True))
     except (OSError, RuntimeError, ValueError, KeyError, EOFError) as e:
         raise UserError(f"checkpoint '{src}': corrupt or not this learner's ({str(e).splitlines()[0][:120]})") from None
     if state.rng:

@@ -52,11 +52,17 @@ class LearnConfig(Strict):
     # embeddings stay fixed), or LoRA adapters (merged into plain HF folders when saved).
     freeze_layers: int = Field(0, ge=0)
     lora: LoraConfig | None = None
-    # Ray Train workers (gloo on CPU, NCCL on GPU); gradients are summed over ranks after
-    # each rank's micro-batches (data parallel, as DDP).
+    # Ray Train workers (gloo on CPU, NCCL on GPU). ddp: every rank holds the whole model and
+    # gradients are summed over ranks after each rank's micro-batches; fsdp2: parameters,
+    # gradients and optimizer state sharded over the ranks (pipelines/learn/sharding.py), for
+    # models whose training state does not fit one device (the paper's 7B).
     num_workers: int = Field(1, gt=0)
+    strategy: Literal["ddp", "fsdp2"] = "ddp"
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0)
+    # Ray custom resources each Ray Train worker also reserves (ScalingConfig.resources_per_worker),
+    # e.g. {"learner_node": 1}: places the learner on the nodes that offer them.
+    worker_resources: dict[str, float] = {}
     # torch threads per learner worker; None: its CPUs, rounded up. More threads than CPUs is
     # how a 2-core machine trains on both cores while Ray Data keeps a CPU for the SFT traces
     # (Ray Data gets no budget when the learner reserves more than all but one CPU).

@@ -49,14 +49,20 @@ def add_lora(model: nn.Module, cfg: LoraConfig) -> int:
 
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's weights under their original names, adapters merged in."""
+    scales = {m.scale for m in model.modules() if isinstance(m, LoraLinear)}
+    return merge_lora(model.state_dict(), scales.pop()) if scales else dict(model.state_dict())
+
+
+def merge_lora(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """A state dict with LoRA layers (X.base.weight, X.lora_a, X.lora_b) as plain weights
+    (X.weight = base + scale * B @ A); scale: alpha / rank."""
     out: dict[str, torch.Tensor] = {}
-    loras = {name: m for name, m in model.named_modules() if isinstance(m, LoraLinear)}
-    for key, value in model.state_dict().items():
-        owner = next((n for n in loras if key.startswith(n + ".")), None)
-        if owner is None:
+    for key, value in state.items():
+        if key.endswith(".base.weight"):
+            owner = key.removesuffix(".base.weight")
+            out[f"{owner}.weight"] = (value + (state[f"{owner}.lora_b"] @ state[f"{owner}.lora_a"]) * scale).detach()
+        elif key.endswith(".base.bias"):
+            out[key.removesuffix(".base.bias") + ".bias"] = value
+        elif not key.endswith((".lora_a", ".lora_b")):
             out[key] = value
-        elif key == f"{owner}.base.weight":
-            out[f"{owner}.weight"] = loras[owner].merged_weight().detach()
-        elif key == f"{owner}.base.bias":
-            out[f"{owner}.bias"] = value
     return out

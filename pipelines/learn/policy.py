@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
 
 from pipelines.errors import UserError
 from pipelines.learn.config import LearnConfig
+from pipelines.learn import sharding
 from pipelines.learn.forward import response_logprobs
-from pipelines.learn.lora import add_lora
+from pipelines.learn.lora import add_lora, merged_state_dict, merge_lora
 from pipelines.learn.loss import multi_conv_dapo_loss, sft_loss
 from pipelines.learn.packing import TrainSeq, batch_weights, pack, plan_micro_batches
 
@@ -81,13 +83,34 @@ class Tally:
 class Policy:
     """The model being trained, its optimizer and scheduler, and the step over a batch."""
 
-    def __init__(self, model_dir: str, cfg: LearnConfig, temperature: float = 1.0, sync=None):
-        """sync(model): sums gradients over ranks (None: one rank)."""
+    def __init__(self, model_dir: str, cfg: LearnConfig, temperature: float = 1.0, sync=None,
+                 fsdp: Literal["sum", "mean"] | None = None):
+        """sync(model): sums gradients over ranks (DDP; None: one rank). fsdp: shard the model
+        over the process group (FSDP2, sharding.py), its gradients summed (RL: each rank's loss
+        carries whole-batch weights) or averaged (SFT); None: not sharded."""
         self.cfg, self.temperature, self._sync = cfg, temperature, sync
         self.model = load_model(model_dir, cfg.dtype)
         self.params = make_trainable(self.model, cfg)
+        self.sharded, self._scale = fsdp is not None, 1.0
+        if self.sharded:
+            sharding.shard(self.model, bf16=cfg.autocast)
+            self._scale = sharding.loss_scale(fsdp)
+            self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt, self.sched = make_optimizer(self.params, cfg)
         self.ref = load_model(model_dir, cfg.dtype).eval() if cfg.kl_coef > 0 else None
+        if self.ref is not None and self.sharded:
+            sharding.shard(self.ref, bf16=cfg.autocast)
+
+    def _logprobs(self, model, packed, temperature: float):
+        if self.sharded:
+            return sharding.response_logprobs(model, packed, temperature)
+        return response_logprobs(model, packed, temperature, self.cfg.autocast)
+
+    def _passes(self, micro: list[list[int]]) -> list[list[int] | None]:
+        """This rank's micro-batches; sharded, padded with empty passes (None) to the ranks' largest count."""
+        if not self.sharded:
+            return list(micro)
+        return [*micro, *[None] * (sharding.agreed_passes(len(micro)) - len(micro))]
 
     def step(self, batch: list[TrainSeq], mine: list[int] | None = None, sft: bool = False,
              fresh: list[bool] | None = None) -> dict[str, float]:
@@ -99,11 +122,14 @@ class Policy:
         weights = batch_weights(batch, self.cfg.loss_agg)
         self.opt.zero_grad(set_to_none=True)
         tally, gap, gap_n, total = Tally(), 0.0, 0, 0.0
-        for micro in plan_micro_batches([len(batch[i]) for i in mine], self.cfg.token_budget):
-            packed = pack(batch, [mine[j] for j in micro], self.cfg.loss_agg, weights)
-            logp = response_logprobs(self.model, packed, self.temperature, self.cfg.autocast)
+        for micro in self._passes(plan_micro_batches([len(batch[i]) for i in mine], self.cfg.token_budget)):
+            packed = pack(batch, [mine[j] for j in micro] if micro is not None else [0], self.cfg.loss_agg, weights)
+            logp = self._logprobs(self.model, packed, self.temperature)
             loss, metrics = self._loss(packed, logp, sft)
-            loss.backward()
+            if micro is None:  # an empty pass: the collectives of a forward and backward, no gradient
+                (loss * 0.0).backward()
+                continue
+            (loss * self._scale).backward()
             tally.add(metrics)
             total += loss.item()  # each micro-batch's loss is its share of the batch's
             if fresh is not None and not sft:
@@ -112,7 +138,7 @@ class Policy:
                 gap_n += int(keep.sum())
         if self._sync is not None:
             self._sync(self.model)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip).item()
+        grad_norm = sharding.full_norm(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip))
         self.opt.step()
         self.sched.step()
         out = {**tally.means(), "loss": total, "grad_norm": grad_norm, "lr": self.sched.get_last_lr()[0],
@@ -128,7 +154,7 @@ class Policy:
         ref = None
         if self.ref is not None:
             with torch.no_grad():
-                ref = response_logprobs(self.ref, packed, self.temperature, self.cfg.autocast)
+                ref = self._logprobs(self.ref, packed, self.temperature)
         c = self.cfg
         return multi_conv_dapo_loss(logp, packed.old_logprobs, packed.advantages, packed.mask, eps_low=c.eps_low,
                                     eps_high=c.eps_high, ref_logprobs=ref, kl_coef=c.kl_coef, weights=packed.weights)
@@ -140,7 +166,36 @@ class Policy:
         total = 0.0
         for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
             packed = pack(seqs, micro, "token_mean", weights)
-            logp = response_logprobs(self.model, packed, 1.0, self.cfg.autocast)
+            logp = self._logprobs(self.model, packed, 1.0)
             loss, _ = sft_loss(logp, packed.mask, packed.weights)
             total += loss.item()
         return total
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full model's weights under the base model's names (LoRA merged), for an HF folder.
+        Sharded, this is collective (every rank calls it) and only rank 0 gets them ({} elsewhere)."""
+        if not self.sharded:
+            return merged_state_dict(self.model)
+        full, _ = sharding.full_state(self.model)
+        if full and getattr(self.model.config, "tie_word_embeddings", False):
+            full.pop("lm_head.weight", None)  # gathered as its own copy; an HF folder stores it once, tied
+        return merge_lora(full, self.cfg.lora.alpha / self.cfg.lora.rank) if full and self.cfg.lora else full
+
+    def training_state(self) -> dict:
+        """What a checkpoint holds: trainable weights, optimizer, scheduler (collective when
+        sharded; empty dicts on ranks other than 0 then)."""
+        if not self.sharded:
+            return {"model": {n: p.detach() for n, p in self.model.named_parameters() if p.requires_grad},
+                    "optim": self.opt.state_dict(), "sched": self.sched.state_dict()}
+        model, optim = sharding.full_state(self.model, self.opt, trainable_only=True)
+        return {"model": model, "optim": optim, "sched": self.sched.state_dict()}
+
+    def load_training_state(self, blob: dict) -> None:
+        if self.sharded:
+            sharding.load_full_state(self.model, self.opt, blob["model"], blob["optim"])
+        else:
+            unexpected = self.model.load_state_dict(blob["model"], strict=False).unexpected_keys
+            if unexpected:
+                raise ValueError(f"unexpected keys {unexpected[:3]}")
+            self.opt.load_state_dict(blob["optim"])
+        self.sched.load_state_dict(blob["sched"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from pipelines.storage import publish_dir
 @dataclass(frozen=True)
 class RunSpec:
     out: str  # the run's folder (local absolute or s3://)
-    model_dir: str  # the base model, a local folder on every learner node
+    model: str  # the base model's reference (absolute_ref): each learner worker resolves it on its node
     steps: int  # stop after this optimizer step (counted from the run's start)
     deadline: float | None  # wall-clock bound (time.time())
     sft: bool
@@ -44,6 +44,7 @@ class RunSpec:
     eval_tasks: str = ""  # held-out rows scored every learn.eval_every steps (RL)
     board: Any = None  # the driver's progress board (an actor)
     hub: Any = None  # RL: the rollout hub (an actor)
+    model_dir: str = ""  # the base model's folder on this worker's node (set by train_loop)
 
 
 def train_loop(config: dict) -> None:
@@ -75,12 +76,17 @@ def user_error(e: BaseException | None) -> UserError | None:
 def _train_loop(config: dict, cfg, run: RunSpec) -> None:
     from ray import train
 
+    from pipelines.models import config_model_dir
+
+    run = replace(run, model_dir=str(config_model_dir(cfg, run.model)))  # fetched into this node's home
     ctx = train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(cfg.learn.seed + rank)
     torch.set_num_threads(cfg.learn.threads or max(1, math.ceil(cfg.learn.cpus_per_worker)))
+    fsdp = cfg.learn.strategy == "fsdp2" and world > 1
     policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
-                    sync=grad_sync(world, summed=not run.sft) if world > 1 else None)
+                    sync=grad_sync(world, summed=not run.sft) if world > 1 and not fsdp else None,
+                    fsdp=("mean" if run.sft else "sum") if fsdp else None)
     fingerprint = ckpt.model_fingerprint(run.model_dir)
     state = ckpt.LearnerState(fingerprint=fingerprint, cursor=config.get("cursor") or {})
     restored = train.get_checkpoint()
@@ -137,11 +143,11 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
                    "rollout/wait_s": wait_s}
         state.step = step
         if step % cfg.learn.push_every == 0 or step == run.steps:
-            state.version = step
+            state.version, start = step, time.perf_counter()
+            weights = policy.weights() if policy.sharded or rank == 0 else None  # sharded: collective
             if rank == 0:
-                start = time.perf_counter()
                 keep_from = registered_version(run, keep_from)
-                state.weights = publisher.publish(policy.model, step, keep_from)
+                state.weights = publisher.publish(policy.model, step, keep_from, weights)
                 run.hub.push.remote(state.weights, step)
                 metrics["train/weight_push_s"] = time.perf_counter() - start
         if rank == 0:
@@ -196,9 +202,10 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
     save = force_checkpoint or state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
     if rank == 0 and run.board is not None:
         run.board.put.remote(state.step, metrics)
+    blob = policy.training_state() if save and (policy.sharded or rank == 0) else None  # sharded: collective
     if save and rank == 0:
         with tempfile.TemporaryDirectory(prefix="memagent-ckpt-") as d:
-            ckpt.save(Path(d), policy, state)
+            ckpt.save(Path(d), blob, state)
             train.report(metrics, checkpoint=Checkpoint.from_directory(d))
         if run.hub is not None:
             run.hub.ack.remote(state.step)
@@ -207,11 +214,13 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
 
 
 def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
-    """Fine-tune on the trace conversations. At every checkpoint (and at the end) rank 0 scores
-    the held-back slice and keeps the best model so far as OUT/best."""
+    """Fine-tune on the trace conversations. At every checkpoint (and at the end) the held-back
+    slice is scored and rank 0 keeps the best model so far as OUT/best (sharded, every rank
+    takes part in both)."""
     from ray import train
 
-    heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 else []
+    everyone = policy.sharded
+    heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 or everyone else []
     done = state.cursor.get("batches", 0)  # batches of the run consumed before a restart
     shard, seen, metrics = train.get_dataset_shard("train"), 0, None
     for epoch in range(cfg.learn.sft_epochs):
@@ -225,23 +234,27 @@ def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: 
             state.step, state.cursor = state.step + 1, {"batches": seen, "epoch": epoch}
             metrics = learner_metrics(m)
             due = state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
-            if due and rank == 0:
-                keep_best(run, policy, state, heldout, metrics)
+            if due and (rank == 0 or everyone):
+                keep_best(run, policy, state, heldout, metrics, rank)
             report(cfg, run, policy, state, metrics, rank)
             metrics = None if due else metrics
     if metrics is not None:  # the data ran out (or the clock) between checkpoints
-        if rank == 0:
-            keep_best(run, policy, state, heldout, metrics)
+        if rank == 0 or everyone:
+            keep_best(run, policy, state, heldout, metrics, rank)
         report(cfg, run, policy, state, metrics, rank, force_checkpoint=True)
 
 
-def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict) -> None:
-    """OUT/best: the model of lowest held-back loss so far; the latest one when no row is held back."""
+def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict,
+              rank: int = 0) -> None:
+    """OUT/best: the model of lowest held-back loss so far; the latest one when no row is held back.
+    Sharded, every rank calls it (the loss and the weights are collective); rank 0 writes."""
     loss = None
     if heldout:
         metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
     if loss is None or state.best_loss is None or loss < state.best_loss:
         state.best_loss = loss
-        with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
-            publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best"), f"{run.out}/best")
+        weights = policy.weights()
+        if rank == 0:
+            with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
+                publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best", weights), f"{run.out}/best")
 

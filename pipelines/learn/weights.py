@@ -26,9 +26,11 @@ class Publisher(Protocol):
     def publish(self, model: nn.Module, version: int) -> str: ...
 
 
-def save_hf_folder(model: nn.Module, base_dir: str, dest: Path) -> Path:
-    """The model (LoRA merged) as a plain HF folder with the base model's tokenizer files."""
-    model.save_pretrained(dest, state_dict=merged_state_dict(model), safe_serialization=True)
+def save_hf_folder(model: nn.Module, base_dir: str, dest: Path, weights: dict | None = None) -> Path:
+    """The model (LoRA merged) as a plain HF folder with the base model's tokenizer files;
+    weights: its full state dict when already gathered (Policy.weights(), sharded models)."""
+    model.save_pretrained(dest, state_dict=merged_state_dict(model) if weights is None else weights,
+                          safe_serialization=True)
     for name in TOKENIZER_FILES:
         if (Path(base_dir) / name).is_file():
             shutil.copy(Path(base_dir) / name, dest / name)
@@ -40,13 +42,14 @@ class FolderPublisher:
         self.root, self.base_dir, self.keep = f"{out.rstrip('/')}/weights", base_dir, keep
         self.last_write_s = 0.0
 
-    def publish(self, model: nn.Module, version: int, keep_from: int | None = None) -> str:
+    def publish(self, model: nn.Module, version: int, keep_from: int | None = None,
+                weights: dict | None = None) -> str:
         """OUT/weights/v{version}; older versions beyond the last `keep` are removed, but none
         from `keep_from` on (the latest checkpoint's, which a resumed run loads, and any newer
         one a checkpoint being registered may name)."""
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="memagent-weights-") as tmp:
-            uri = publish_dir(save_hf_folder(model, self.base_dir, Path(tmp) / "w"), f"{self.root}/v{version}")
+            uri = publish_dir(save_hf_folder(model, self.base_dir, Path(tmp) / "w", weights), f"{self.root}/v{version}")
         self.last_write_s = time.perf_counter() - start
         self.prune(version, keep_from)
         return uri
