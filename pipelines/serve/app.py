@@ -64,7 +64,8 @@ def preflight(cfg: Config, model: str | None) -> None:
 
 
 def build_app(cfg: Config, model: str | None = None):
-    from pipelines.serve.deployments import Agent, Jobs
+    from pipelines.serve.deployments import Agent, Jobs, Tracking
+    from pipelines.track.tracker import MlflowTracker, create_tracker, run_tags
     from pipelines.serve.gateway import Gateway, GatewaySettings
     from pipelines.serve.replica import ReplicaSettings
 
@@ -81,12 +82,16 @@ def build_app(cfg: Config, model: str | None = None):
     settings = ReplicaSettings(ref, str(cfg.home_path), state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
+    tracker = create_tracker(cfg)  # no I/O here: the Tracking deployment talks to MLflow
+    tags = {k: str(v) for k, v in {**run_tags(cfg), "model": ref, "replicas": s.replicas}.items() if v is not None}
+    track = (Tracking.options(ray_actor_options=light, max_ongoing_requests=1000).bind(tracker, s.app_name, tags)
+             if isinstance(tracker, MlflowTracker) else None)
     agent = Agent.options(
         num_replicas=s.replicas, max_ongoing_requests=s.max_ongoing_requests,
         max_queued_requests=s.max_queued_requests,
         ray_actor_options={"num_cpus": s.replica_cpus, "runtime_env": {"env_vars": env}},
-    ).bind(settings)
-    jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings)
+    ).bind(settings, track)
+    jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings, track)
     gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg), follow)
     return Gateway.options(ray_actor_options=light, max_ongoing_requests=10_000).bind(agent, jobs, gateway)
 

@@ -1,4 +1,5 @@
-"""Thin Ray Serve wrappers: the agent replicas (one engine each) and the job manager.
+"""Thin Ray Serve wrappers: the agent replicas (one engine each), the job manager, and the
+app's MLflow recorder (serve/tracking.py; absent when tracking is off).
 
 The `*_events` methods are async generators: callers use `handle.options(stream=True)`, and a
 caller that goes away (the HTTP client disconnected) cancels them, which ends the work.
@@ -17,13 +18,41 @@ from pipelines.serve.jobs import OutputRow
 from pipelines.serve.manager import JobManager
 from pipelines.serve.replica import AgentCore, ReplicaSettings
 from pipelines.serve.schema import Reply
+from pipelines.serve.tracking import ServeTracking
+
+
+@serve.deployment(name="Tracking", num_replicas=1)
+class Tracking:
+    def __init__(self, tracker, app: str, tags: dict[str, str]):
+        self.core = ServeTracking(tracker, app, tags)
+
+    def loaded(self, ref: str, version: int, replica: str) -> None:
+        self.core.loaded(ref, version, replica)
+
+    def job_started(self, job_id: str, input_uri: str, output: str, model: str, version: int) -> str | None:
+        return self.core.job_started(job_id, input_uri, output, model, version)
+
+    def job_ended(self, job_run: str | None, figures: dict[str, float], status: str) -> None:
+        self.core.job_ended(job_run, figures, status)
+
+    def __del__(self):
+        self.core.close()
 
 
 @serve.deployment(name="Agent")
 class Agent:
-    async def __init__(self, settings: ReplicaSettings):
+    async def __init__(self, settings: ReplicaSettings, tracking=None):
         # The engine is built on the replica's event loop, where its requests will run.
         self.core = AgentCore.create(settings)
+        if tracking is not None:  # each load is recorded, fire and forget (kept until sent)
+            replica, self._records = serve.get_replica_context().replica_id.unique_id, set()
+
+            def on_load(model: str, version: int) -> None:
+                task = asyncio.ensure_future(tracking.loaded.remote(model, version, replica))
+                self._records.add(task)
+                task.add_done_callback(self._records.discard)
+            self.core.on_load = on_load
+            on_load(self.core.model, self.core.engine.version)
 
     async def answer(self, req: dict) -> Reply:
         return await self.core.answer(req)
@@ -60,8 +89,8 @@ class Agent:
 
 @serve.deployment(name="Jobs", num_replicas=1)
 class Jobs:
-    async def __init__(self, agent, settings: ReplicaSettings):
-        self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings)
+    async def __init__(self, agent, settings: ReplicaSettings, tracking=None):
+        self.manager = JobManager(lambda row: agent.answer_row.remote(row), settings, tracking)
         self._resume = asyncio.get_running_loop().create_task(self.manager.resume_all())
 
     async def submit(self, input_uri: str, output_uri: str) -> Reply:

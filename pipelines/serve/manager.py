@@ -18,15 +18,18 @@ from pipelines.serve.jobs import OutputRow, input_files, job_id_for
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.runner import JobRunner
 from pipelines.serve.schema import Reply, ServeError
+from pipelines.serve.state import read_model_state
+from pipelines.serve.tracking import job_figures
 from pipelines.storage import first_line
 
 log = logging.getLogger(__name__)
 
 
 class JobManager:
-    def __init__(self, answer_row, settings):
-        """answer_row: async row -> OutputRow (may raise on infrastructure failure)."""
-        self.answer_row, self.cfg = answer_row, settings.serve
+    def __init__(self, answer_row, settings, tracking=None):
+        """answer_row: async row -> OutputRow (may raise on infrastructure failure); tracking: the
+        app's Tracking deployment handle (each job an MLflow run), None when untracked."""
+        self.answer_row, self.cfg, self.settings, self.tracking = answer_row, settings.serve, settings, tracking
         self.access = Access.of(self.cfg.allowed_paths, self.cfg.allowed_s3_prefixes)
         self.store = JobStore(settings.state_dir)
         self.tasks: dict[str, asyncio.Task] = {}
@@ -86,7 +89,24 @@ class JobManager:
         rows_in_flight = self.cfg.replicas * self.cfg.max_ongoing_requests
         runner = JobRunner(state, self._answer, rows_in_flight, self.cfg.shards_in_flight, self.store)
         self.store.live[state.job_id] = state
-        self.tasks[state.job_id] = asyncio.get_running_loop().create_task(runner.run())
+        self.tasks[state.job_id] = asyncio.get_running_loop().create_task(self._tracked(runner, state))
+
+    async def _tracked(self, runner: JobRunner, state: JobState) -> JobState:
+        """runner.run() inside the job's MLflow run (serve/tracking.py), when the app is tracked."""
+        if self.tracking is None:
+            return await runner.run()
+        t = self.tracking
+        model, version = read_model_state(self.settings.state_dir) or (self.settings.model, 0)
+        job_run = await t.job_started.remote(state.job_id, state.input, state.output, model, version)
+
+        def end(st: JobState, status: str):
+            return t.job_ended.remote(job_run, job_figures(st), status)
+        runner.on_end = lambda st, failure: end(st, "FINISHED" if failure is None else "FAILED")
+        try:
+            return await runner.run()
+        except asyncio.CancelledError:  # cancelled, or the app is stopping (it resumes as a new run)
+            await end(state, "KILLED")
+            raise
 
     async def _answer(self, row: dict) -> OutputRow:
         from ray.serve.exceptions import BackPressureError

@@ -55,6 +55,7 @@ class AgentCore:
         self.turns = 0  # turns run since start (all documents)
         self._checked = float("-inf")  # the first request re-reads the state: a reload may have come since create()
         self._reload_lock = asyncio.Lock()
+        self.on_load: Callable[[str, int], None] = lambda model, version: None  # after each reload
 
     @classmethod
     def create(cls, settings: ReplicaSettings) -> "AgentCore":
@@ -199,6 +200,7 @@ class AgentCore:
                 path = await asyncio.to_thread(_model_dir, self.settings, model)
                 await self.engine.load_weights(str(path), version)
                 self.model = model
+                self.on_load(model, version)
         return self.info()
 
     def info(self) -> dict:

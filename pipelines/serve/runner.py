@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from pipelines.serve.jobs import (Answer, OutputRow, count_rows, finished_shards, iter_rows, iter_shards, shard_counts,
                                   write_shard)
@@ -23,6 +24,9 @@ class JobRunner:
         self.store = store or JobStore()
         self.sem = asyncio.Semaphore(rows_in_flight)
         self.shards_in_flight = shards_in_flight
+        # awaited with (state, failure or None) before the state says done or failed, so whoever
+        # waits for that status finds what the hook records (the job's MLflow run) complete
+        self.on_end: Callable[[JobState, Exception | None], Awaitable[None]] | None = None
 
     async def run(self) -> JobState:
         st = self.state
@@ -31,13 +35,19 @@ class JobRunner:
             await asyncio.to_thread(self._count_finished)
             self.store.save(st)
             await self._shards(set(finished_shards(st.output)))
-            st.finish()
+            failure = None
         except asyncio.CancelledError:
             st.interrupt()  # cancelled by request (the status says so), or the app is stopping: resume later
             self.store.save(st)
             raise
         except Exception as e:  # noqa: BLE001 - the job fails with its reason, finished shards stay
-            st.fail(e)
+            failure = e
+        if self.on_end is not None:
+            await self.on_end(st, failure)
+        if failure is None:
+            st.finish()
+        else:
+            st.fail(failure)
         self.store.save(st)
         return st
 

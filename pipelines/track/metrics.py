@@ -56,7 +56,9 @@ LEARNER = TRAIN + ROLLOUT + (ROLLOUT_WAIT_S, "rollout/kept", "rollout/filtered",
 SERVE_DOCUMENTS = "serve/documents"
 SERVE_FAILED = "serve/failed"
 SERVE_TOKENS_PER_S = "serve/tokens_per_s"
-SERVE = (SERVE_DOCUMENTS, SERVE_FAILED, SERVE_TOKENS_PER_S)
+SERVE_DOCUMENTS_PER_S = "serve/documents_per_s"
+SERVE_MODEL_VERSION = "serve/model_version"  # one point per model load by a replica (serve/tracking.py)
+SERVE = (SERVE_DOCUMENTS, SERVE_FAILED, SERVE_TOKENS_PER_S, SERVE_DOCUMENTS_PER_S, SERVE_MODEL_VERSION)
 
 # eval: per task and length; the memory agent without a method segment, baselines with one
 EVAL_SCORES = ("sub_em", "em", "f1", "answer_recall")  # answer_recall: gold anywhere in the answer

@@ -78,3 +78,9 @@ def test_an_alias_move_is_followed_without_a_failed_request(registry, tmp_path_f
             sender.join()
     assert served == f"models:/{NAME}/2"
     assert len(statuses) >= 5 and set(statuses) == {200}, statuses
+    # the deployment's MLflow run recorded both loads, in order, and ended with the app
+    mlflow = MlflowClient(tracking_uri=track.tracking_uri)
+    (run,) = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()], "tags.command = 'serve'")
+    loads = [int(m.value) for m in mlflow.get_metric_history(run.info.run_id, "serve/model_version")]
+    assert loads == [1, 2] and run.data.tags["serving"] == f"models:/{NAME}/2", (loads, run.data.tags)
+    assert run.info.status == "FINISHED" and run.data.tags["model"] == f"models:/{NAME}@production"
