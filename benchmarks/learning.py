@@ -24,6 +24,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,10 +76,17 @@ def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str]) -> di
         return json.loads(done.read_text())
     resume = ["--resume"] if (out / "learner" / "checkpoint_manager_snapshot.json").exists() else []
     flags = ["--sft"] if kind == "sft" else []
-    line = sh([sys.executable, "-m", "pipelines.cli", "--config", PRESET[kind], "train", *flags, *resume,
-               "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
-    done.write_text(line)
-    return json.loads(line)
+    started = time.monotonic()
+    try:
+        line = sh([sys.executable, "-m", "pipelines.cli", "--config", PRESET[kind], "train", *flags, *resume,
+                   "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
+    finally:  # every invocation's wall time counts, interrupted ones too
+        with (out / "wall.jsonl").open("a") as f:
+            f.write(json.dumps({"minutes": round((time.monotonic() - started) / 60, 2), "resume": bool(resume)}) + "\n")
+    run = json.loads(line)
+    run["minutes"] = round(sum(json.loads(w)["minutes"] for w in (out / "wall.jsonl").read_text().splitlines()), 2)
+    done.write_text(json.dumps(run))
+    return run
 
 
 def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:

@@ -1,9 +1,17 @@
 """The training curve as a PNG: the reward and accuracy of the rollouts each step, and the held-out
-sub_em wherever an evaluation landed (RL), or the loss and held-back loss (SFT)."""
+sub_em wherever an evaluation landed (RL), or the loss and held-back loss (SFT).
+
+A run's steps are kept in OUT/history.jsonl (local or s3://), one line per step, rewritten as
+each step lands, so the curve of a resumed run starts at its step 1, not at the resume."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from pipelines.storage import exists, resolve
+
+HISTORY = "history.jsonl"
 
 SERIES = {"rl": ("rollout/reward_mean", "rollout/accuracy"), "sft": ("train/loss", "train/heldout_loss")}
 
@@ -33,3 +41,28 @@ def plot_curve(history: list[tuple[int, dict]], path: Path, sft: bool) -> Path |
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def load_history(out: str) -> list[tuple[int, dict]]:
+    uri = f"{out.rstrip('/')}/{HISTORY}"
+    if not exists(uri):
+        return []
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as f:
+        rows = [json.loads(line) for line in f.read().decode().splitlines() if line.strip()]
+    return [(r["step"], r["metrics"]) for r in rows]
+
+
+def save_history(out: str, history: list[tuple[int, dict]]) -> None:
+    fs, path = resolve(f"{out.rstrip('/')}/{HISTORY}")
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    body = "".join(json.dumps({"step": s, "metrics": m}) + "\n" for s, m in history)
+    with fs.open_output_stream(path) as f:
+        f.write(body.encode())
+
+
+def merge_history(earlier: list[tuple[int, dict]], later: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """One entry per step, by step; a step run again after a restart keeps its latest metrics."""
+    by_step = dict(earlier)
+    by_step.update(dict(later))
+    return sorted(by_step.items())

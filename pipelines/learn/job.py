@@ -11,6 +11,7 @@ from pipelines import logs
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn import runs
+from pipelines.learn.curve import load_history, merge_history, save_history
 from pipelines.learn.trainer import RunSpec
 from pipelines.learn.weights import FolderPublisher
 from pipelines.storage import absolute_uri, exists
@@ -33,7 +34,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     running (default: started for the run and stopped after it)."""
     from pipelines.learn.launch import fit
     from pipelines.learn.sftdata import sft_datasets
-    from pipelines.models import config_model_dir
+    from pipelines.models import absolute_ref, config_model_dir
     from pipelines.rollout.service import ensure_ray
 
     steps = req.steps or cfg.learn.steps
@@ -42,7 +43,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     if not req.sft and cfg.rollout.top_p < 1.0:  # the ratio would divide by a cut distribution
         raise UserError(f"rollout.top_p={cfg.rollout.top_p}: training samples with top_p=1 (the learner "
                         "scores the full distribution)")
-    model_dir = str(config_model_dir(cfg))
+    model_dir = str(config_model_dir(cfg))  # here, for the driver's own reads (tokenizer, fingerprint)
     out = absolute_uri(req.out or str(cfg.home_path / "train" / ("sft" if req.sft else "rl")))
     prior = runs.latest_state(out, model_dir)
     if prior is not None and not req.resume:
@@ -56,7 +57,8 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     tasks = req.tasks or runs.build_split(cfg, out, model_dir)
     runs.check_tasks(tasks, need_evidence=req.sft)
     minutes = req.max_minutes or cfg.learn.max_minutes
-    run = RunSpec(out, model_dir, steps, time.time() + 60 * minutes if minutes else None, req.sft, tasks)
+    run = RunSpec(out, absolute_ref(cfg.model.path), steps, time.time() + 60 * minutes if minutes else None,
+                  req.sft, tasks)
     ensure_ray()
     hub = None
     if not req.sft:
@@ -66,12 +68,15 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
                         prior.cursor if prior else None, workers=workers)
         evals = (req.heldout or runs.build_split(cfg, out, model_dir, "eval")) if cfg.learn.eval_every else ""
         run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
-    started, last, history = time.perf_counter(), {}, []
+    started, last = time.perf_counter(), {}
+    history = load_history(out) if prior else []  # the steps before a resume, for the curve
     try:
         datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
         def step_done(step: int, m: dict) -> None:
+            nonlocal history
             on_step(step, steps, m, tracker)
-            history.append((step, m))
+            history = merge_history(history, [(step, {k: v for k, v in m.items() if isinstance(v, (int, float))})])
+            save_history(out, history)
             last.update({k: v for k, v in m.items() if k.startswith("eval/") or k == "train/heldout_loss"})
             if watch is not None:
                 watch(step, m)

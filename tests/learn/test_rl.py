@@ -44,6 +44,11 @@ def test_resume_continues_the_step_numbering(rl_run):
     assert 1 <= c < STEPS
     assert resumed == list(range(c + 1, STEPS + 1))  # nothing at or before the checkpoint is redone
     assert rl_run.final.step == STEPS
+    from pipelines.learn.curve import load_history
+
+    history = load_history(str(rl_run.out))  # the curve's: every step of both processes, once
+    assert [s for s, _ in history] == list(range(1, STEPS + 1))
+    assert all("rollout/reward_mean" in m for _, m in history) and (rl_run.out / "curve.png").exists()
 
 
 def test_resume_continues_the_data_cursor(rl_run):
