@@ -63,8 +63,15 @@ class Config(Strict):
 
     @property
     def home_path(self) -> Path:
-        home = Path(os.environ.get("MEMAGENT_HOME", self.home)).expanduser()
-        return home if home.is_absolute() else (Path.cwd() / home)
+        return home_dir(self.home)
+
+
+def home_dir(default: str | Path) -> Path:
+    """The local home on this node: MEMAGENT_HOME where it is set, else `default` (relative to the
+    working directory). Ray actors call it too: on a cluster each node keeps its own caches,
+    and a node that sets no MEMAGENT_HOME uses the absolute home the driver handed it."""
+    home = Path(os.environ.get("MEMAGENT_HOME", default)).expanduser()
+    return home if home.is_absolute() else (Path.cwd() / home)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

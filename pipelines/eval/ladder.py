@@ -98,7 +98,7 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     try:
         if workers is None:
             ensure_ray()
-            pool = start_workers(rcfg, str(path))
+            pool = start_workers(rcfg)  # each resolves the model on its own node
         tokenizer = AutoTokenizer.from_pretrained(path)
         for method in dict.fromkeys(c[2] for c in todo):
             cells = [c for c in todo if c[2] == method]

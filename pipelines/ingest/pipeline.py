@@ -22,7 +22,7 @@ from pipelines.ingest.manifest import REFUSED, Manifest, ManifestView, ObjectEnt
 from pipelines.ingest.sources import SourceObject, list_sources
 from pipelines.ingest.store import chunk_path, index_path
 from pipelines.ingest.worker import ObjectIngester, ObjectResult
-from pipelines.storage import absolute_uri, is_s3, resolve
+from pipelines.storage import absolute_uri, resolve
 
 
 @dataclass
@@ -183,10 +183,10 @@ def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Pat
     summary = IngestSummary(already=len(objects) - len(pending), not_matching=len(not_matching))
     summary.examples += [f"skipped {uri}: no pattern of ingest.patterns matches" for uri in not_matching[:3]]
     if pending:
-        from pipelines.models import resolve_model
+        from pipelines.models import absolute_ref, resolve_model
 
-        local_model = str(resolve_model(model_ref, home))  # import / download once, not per actor
-        model_ref = model_ref if is_s3(model_ref) else local_model
+        resolve_model(model_ref, home)  # fails here in one line; imported / fetched once on this node
+        model_ref = absolute_ref(model_ref)  # each actor resolves it in its own node's home
         run = run_ray if cfg.runner == "ray" else run_local
         committer = Committer(manifest, view, fs, root, cfg.commit_every_s)
         try:

@@ -44,11 +44,10 @@ class ObjectIngester:
     def __init__(self, store_uri: str, cfg: IngestConfig, tokenizer: Any = None, model_ref: str = "",
                  home: str = ""):
         if tokenizer is None:
-            from pathlib import Path
-
+            from pipelines.config import home_dir
             from pipelines.ingest.tokenizer import load_backend
 
-            self.backend, self.tokenizer_id = load_backend(model_ref, Path(home))
+            self.backend, self.tokenizer_id = load_backend(model_ref, home_dir(home))  # this node's home
         else:
             self.backend, self.tokenizer_id = tokenizer.backend_tokenizer, tokenizer_id(tokenizer)
         self.cfg = cfg

@@ -64,10 +64,11 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     run = RunSpec(**{**run.__dict__, "board": board})
     path, fs = storage_of(run.out)
     lc = cfg.learn
+    cfg = cfg.model_copy(update={"home": str(cfg.home_path)})  # for nodes without MEMAGENT_HOME
     trainer = TorchTrainer(
         train_loop, train_loop_config={"cfg": cfg, "run": run, "cursor": cursor},
         scaling_config=ScalingConfig(num_workers=lc.num_workers, use_gpu=lc.use_gpu,
-                                     resources_per_worker={"CPU": lc.cpus_per_worker}),
+                                     resources_per_worker={"CPU": lc.cpus_per_worker, **lc.worker_resources}),
         run_config=RunConfig(storage_path=path, storage_filesystem=fs, name="learner",
                              failure_config=FailureConfig(max_failures=lc.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),

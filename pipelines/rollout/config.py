@@ -15,6 +15,9 @@ class RolloutConfig(Strict):
     # Ray actors, each owning one engine; CPUs each reserves (fractions are fine).
     workers: int = Field(1, gt=0)
     worker_num_cpus: float = Field(1.0, gt=0.0)
+    # Ray custom resources each worker also reserves, e.g. {"rollout_node": 1}: places the workers
+    # on the nodes that offer them (`ray start --resources`; a KubeRay group's rayStartParams).
+    worker_resources: dict[str, float] = {}
     # Agent loops a worker drives at once (CPU vLLM saturates near 32 sequences in flight).
     loops_per_worker: int = Field(64, gt=0)
     # Buffer bound in groups: finished and in-flight groups together never exceed it.

@@ -18,12 +18,11 @@ class Pool:
         import ray
 
         if not self.workers:
-            from pipelines.models import config_model_dir
             from pipelines.rollout.service import ensure_ray
             from pipelines.rollout.worker import start_workers
 
             ensure_ray()
-            self.workers = start_workers(self.cfg, str(config_model_dir(self.cfg)))
+            self.workers = start_workers(self.cfg)
         ray.get([w.reset.remote(model, 0) for w in self.workers])
         return self.workers
 

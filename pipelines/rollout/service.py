@@ -24,7 +24,7 @@ import ray
 from pipelines import logs
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.models import check_remote_ref, config_model_dir
+from pipelines.models import check_remote_ref
 from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
@@ -86,8 +86,7 @@ class RolloutService:
     def start(self) -> RolloutService:
         ensure_ray()
         if self._own:
-            model_dir = str(config_model_dir(self.cfg))
-            self.workers = start_workers(self.cfg, model_dir, self._policy[1], self._policy[0])
+            self.workers = start_workers(self.cfg, None, self._policy[1], self._policy[0])
         ray.get([w.ready.remote(*self._policy) for w in self.workers])
         self._thread = threading.Thread(target=self._pump, name="rollout-pump", daemon=True)
         self._thread.start()

@@ -22,9 +22,11 @@ from pipelines.rollout.trajectory import Group
 
 
 class RolloutWorker:
-    def __init__(self, cfg: Config, model_dir: str, name: str, version: int = 0, weights: str | None = None):
-        self.cfg, self.model_dir, self.name = cfg, model_dir, name
+    def __init__(self, cfg: Config, model: str, name: str, version: int = 0, weights: str | None = None):
+        """model: the base model's reference (absolute_ref), resolved on this worker's node."""
+        self.cfg, self.model, self.name = cfg, model, name
         self.version, self.weights = version, weights
+        self.model_dir: str | None = None  # the base model's folder on this node, once the engine starts
         self.core = None
         self._starting = asyncio.Lock()
         self._loading = asyncio.Lock()
@@ -37,6 +39,7 @@ class RolloutWorker:
     async def _ensure(self, weights: str | None, version: int | None) -> None:
         async with self._starting:
             if self.core is None:
+                self.model_dir = await self._local(self.model)
                 self.core = await asyncio.to_thread(self._build)
                 if self.weights:
                     await self.core.engine.load_weights(await self._local(self.weights), self.version)
@@ -70,12 +73,14 @@ class RolloutWorker:
         even below the current one (each training run numbers its versions from 0)."""
         async with self._loading:
             await self._ensure(None, None)
-            await self.core.engine.load_weights(await self._local(path or self.model_dir), version)
+            folder = await self._local(path) if path else self.model_dir
+            await self.core.engine.load_weights(folder, version)
             self.weights, self.version = path, version
         return self.version
 
     async def _local(self, ref: str) -> str:
-        """A folder on this node for a pushed policy: s3:// and models:/ refs are fetched once."""
+        """A folder on this node for a model or pushed policy: s3:// and models:/ refs are fetched
+        once into this node's home."""
         from pipelines.models import config_model_dir
 
         return str(await asyncio.to_thread(config_model_dir, self.cfg, ref))
@@ -86,7 +91,8 @@ class RolloutWorker:
         children = [p.pid for p in psutil.Process().children(recursive=True)]
         done = self.core.rollouts_done if self.core else 0
         return {"name": self.name, "pid": os.getpid(), "children": children, "version": self.version,
-                "rss": process_rss(os.getpid()), "rollouts": done}
+                "rss": process_rss(os.getpid()), "rollouts": done, "model_dir": self.model_dir,
+                "node_id": ray.get_runtime_context().get_node_id()}
 
     async def close(self) -> None:
         if self.core is not None:
@@ -94,14 +100,19 @@ class RolloutWorker:
             self.core = None
 
 
-def start_workers(cfg: Config, model_dir: str, version: int = 0, weights: str | None = None) -> list:
-    """N worker actors; each restarts on death and runs many groups at once."""
+def start_workers(cfg: Config, model: str | None = None, version: int = 0, weights: str | None = None) -> list:
+    """N worker actors (on the nodes offering rollout.worker_resources); each restarts on death and
+    runs many groups at once. model: the base model's reference (default: model.path), checked
+    here without fetching it; each worker resolves it on its own node."""
+    from pipelines.models import check_remote_ref
+
+    model = check_remote_ref(model or cfg.model.path, "model")
     r = cfg.rollout.model_copy(update={"store": store_uri(cfg)})  # resolved where the cwd is the user's
-    cfg = cfg.model_copy(update={"rollout": r, "home": str(cfg.home_path)})  # caches on this node
+    cfg = cfg.model_copy(update={"rollout": r, "home": str(cfg.home_path)})  # for nodes without MEMAGENT_HOME
     actor = ray.remote(RolloutWorker).options(
-        num_cpus=r.worker_num_cpus, max_restarts=r.max_restarts, max_task_retries=0,
-        max_concurrency=max(1000, 4 * r.loops_per_worker))
-    return [actor.remote(cfg, model_dir, f"worker-{i}", version, weights) for i in range(r.workers)]
+        num_cpus=r.worker_num_cpus, resources=r.worker_resources, max_restarts=r.max_restarts,
+        max_task_retries=0, max_concurrency=max(1000, 4 * r.loops_per_worker))
+    return [actor.remote(cfg, model, f"worker-{i}", version, weights) for i in range(r.workers)]
 
 
 def close_workers(workers: list) -> None:
