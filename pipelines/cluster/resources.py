@@ -69,14 +69,15 @@ def pool_of(cfg: Config, group: str | None) -> Pool:
 
 
 def placements(cfg: Config) -> list[Placement]:
-    """What `memagent train` places: the rollout workers (a vLLM engine each, on
-    engine.tensor_parallel_size GPUs where their group has GPUs) and the Ray Train workers."""
+    """What `memagent train` places: the rollout workers (an engine each, on
+    engine.tensor_parallel_size GPUs with engine.use_gpu: engine.num_gpus, as the workers ask
+    Ray) and the Ray Train workers (a GPU each with learn.use_gpu)."""
     r, lc, c = cfg.rollout, cfg.learn, cfg.cluster
     rollout_pool, learner_pool = pool_of(cfg, c.rollout_group), pool_of(cfg, c.learner_group)
-    engine_gpus = cfg.engine.tensor_parallel_size if rollout_pool.gpus else 0
     return [
-        Placement("rollout", r.workers, r.worker_num_cpus, engine_gpus,
-                  "rollout.workers, rollout.worker_num_cpus, engine.tensor_parallel_size", rollout_pool),
+        Placement("rollout", r.workers, r.worker_num_cpus, cfg.engine.num_gpus,
+                  "rollout.workers, rollout.worker_num_cpus, engine.use_gpu, engine.tensor_parallel_size",
+                  rollout_pool),
         Placement("learner", lc.num_workers, lc.cpus_per_worker, 1 if lc.use_gpu else 0,
                   "learn.num_workers, learn.cpus_per_worker, learn.use_gpu", learner_pool),
     ]
@@ -88,10 +89,10 @@ def resource_problems(cfg: Config, places: list[Placement]) -> list[str]:
     in_groups = sum(g.nodes for g in c.groups.values())
     if in_groups > c.nodes:
         out.append(f"cluster.groups: {in_groups} nodes in all, more than cluster.nodes={c.nodes}")
+    rollout, learner = places
     for p in places:
         if p.fit < p.workers:
-            out.append(f"{p.line()}: only {p.fit} fit ({p.keys})")
-    rollout, learner = places
+            out.append((p is rollout and engine_problem(cfg, p)) or f"{p.line()}: only {p.fit} fit ({p.keys})")
     if rollout.pool == learner.pool and all(p.fit >= p.workers for p in places):
         cpus = sum(p.workers * p.cpus for p in places)
         gpus = sum(p.workers * p.gpus for p in places)
@@ -100,6 +101,20 @@ def resource_problems(cfg: Config, places: list[Placement]) -> list[str]:
             out.append(f"rollout + learner share {rollout.pool.label}: together they need {count(cpus, 'CPU')}, "
                        f"{count(gpus, 'GPU')} of its {count(have_cpus, 'CPU')}, {count(have_gpus, 'GPU')}")
     return out
+
+
+def engine_problem(cfg: Config, rollout: Placement) -> str | None:
+    """A GPU engine that no node of its pool can hold: its worker actor reserves all of its
+    tensor-parallel GPUs on one node (vLLM starts the engine's ranks from that process)."""
+    e, pool = cfg.engine, rollout.pool
+    if not e.use_gpu:
+        return None
+    if pool.gpus == 0:
+        return f"engine.use_gpu=true: {pool.label} has no GPUs"
+    if e.tensor_parallel_size > pool.gpus:
+        return (f"engine.tensor_parallel_size={e.tensor_parallel_size}: more GPUs than one node of {pool.label} "
+                f"has; an engine's GPUs lie within one node")
+    return None
 
 
 def shared_paths(cfg: Config) -> dict[str, str]:

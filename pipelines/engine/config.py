@@ -19,8 +19,16 @@ class EngineConfig(Strict):
     cpu_kvcache_gib: int = 2
     # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
     cpu_reserved_cores: int | None = Field(None, ge=0)
-    gpu_memory_utilization: float = 0.85
-    tensor_parallel_size: int = 1
+    # GPU engines: every process that runs one (a rollout worker, a Serve replica) reserves
+    # tensor_parallel_size GPUs from Ray (`num_gpus`), all on its node; vLLM must be the GPU build.
+    use_gpu: bool = False
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, gt=0)
     seed: int = 0
     # hf_batch: tokens one forward step packs (prefill chunks + decodes).
     max_batch_tokens: int = Field(2048, gt=0)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs a process running this engine reserves from Ray: none on CPU."""
+        return self.tensor_parallel_size if self.use_gpu else 0

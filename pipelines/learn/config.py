@@ -48,6 +48,9 @@ class LearnConfig(Strict):
     dtype: Literal["float32", "bfloat16"] = "float32"
     # Mixed precision: bf16 matmuls over these float32 weights (pipelines/learn/forward.py).
     autocast: bool = False
+    # Activation checkpointing per decoder layer: keeps only each layer's input and recomputes the
+    # rest in backward (~1/3 more compute), so a long packed micro-batch fits a GPU.
+    grad_checkpoint: bool = False
     # Cheaper steps: train only the top layers (freeze_layers lower decoder layers and the
     # embeddings stay fixed), or LoRA adapters (merged into plain HF folders when saved).
     freeze_layers: int = Field(0, ge=0)

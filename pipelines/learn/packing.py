@@ -8,7 +8,7 @@ model's attention keeps the sequences apart (pipelines.learn.forward).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -101,6 +101,10 @@ class Packed:
     @property
     def num_tokens(self) -> int:
         return self.input_ids.shape[1]
+
+    def to(self, device: torch.device) -> Packed:
+        """The same micro-batch on `device` (itself where it is there already)."""
+        return Packed(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     @property
     def mask(self) -> Tensor:

@@ -27,7 +27,7 @@ from pipelines.learn.loss import multi_conv_dapo_loss, sft_loss
 from pipelines.learn.packing import TrainSeq, batch_weights, pack, plan_micro_batches
 
 
-def load_model(model_dir: str, dtype: str) -> nn.Module:
+def load_model(model_dir: str, dtype: str, grad_checkpoint: bool = False) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     try:
@@ -35,6 +35,8 @@ def load_model(model_dir: str, dtype: str) -> nn.Module:
     except (OSError, ValueError) as e:
         raise UserError(f"model '{model_dir}': not a causal LM folder ({str(e).splitlines()[0][:160]})") from None
     model.config.use_cache = False
+    if grad_checkpoint:  # non-reentrant: no input that requires grad needed (frozen embeddings, LoRA)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
@@ -84,22 +86,28 @@ class Policy:
     """The model being trained, its optimizer and scheduler, and the step over a batch."""
 
     def __init__(self, model_dir: str, cfg: LearnConfig, temperature: float = 1.0, sync=None,
-                 fsdp: Literal["sum", "mean"] | None = None):
+                 fsdp: Literal["sum", "mean"] | None = None, device: torch.device | str = "cpu"):
         """sync(model): sums gradients over ranks (DDP; None: one rank). fsdp: shard the model
         over the process group (FSDP2, sharding.py), its gradients summed (RL: each rank's loss
-        carries whole-batch weights) or averaged (SFT); None: not sharded."""
+        carries whole-batch weights) or averaged (SFT); None: not sharded. device: where the
+        model and every micro-batch live (a Ray Train GPU worker's cuda device)."""
         self.cfg, self.temperature, self._sync = cfg, temperature, sync
-        self.model = load_model(model_dir, cfg.dtype)
+        self.device = torch.device(device)
+        self.model = load_model(model_dir, cfg.dtype, cfg.grad_checkpoint)
         self.params = make_trainable(self.model, cfg)
         self.sharded, self._scale = fsdp is not None, 1.0
         if self.sharded:
-            sharding.shard(self.model, bf16=cfg.autocast)
+            sharding.shard(self.model, bf16=cfg.autocast, device=self.device)
             self._scale = sharding.loss_scale(fsdp)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
+        else:
+            self.model.to(self.device)  # in place: self.params stay the model's parameters
         self.opt, self.sched = make_optimizer(self.params, cfg)
         self.ref = load_model(model_dir, cfg.dtype).eval() if cfg.kl_coef > 0 else None
         if self.ref is not None and self.sharded:
-            sharding.shard(self.ref, bf16=cfg.autocast)
+            sharding.shard(self.ref, bf16=cfg.autocast, device=self.device)
+        elif self.ref is not None:
+            self.ref.to(self.device)
 
     def _logprobs(self, model, packed, temperature: float):
         if self.sharded:
@@ -110,7 +118,7 @@ class Policy:
         """This rank's micro-batches; sharded, padded with empty passes (None) to the ranks' largest count."""
         if not self.sharded:
             return list(micro)
-        return [*micro, *[None] * (sharding.agreed_passes(len(micro)) - len(micro))]
+        return [*micro, *[None] * (sharding.agreed_passes(len(micro), self.device) - len(micro))]
 
     def step(self, batch: list[TrainSeq], mine: list[int] | None = None, sft: bool = False,
              fresh: list[bool] | None = None) -> dict[str, float]:
@@ -123,7 +131,8 @@ class Policy:
         self.opt.zero_grad(set_to_none=True)
         tally, gap, gap_n, total = Tally(), 0.0, 0, 0.0
         for micro in self._passes(plan_micro_batches([len(batch[i]) for i in mine], self.cfg.token_budget)):
-            packed = pack(batch, [mine[j] for j in micro] if micro is not None else [0], self.cfg.loss_agg, weights)
+            packed = pack(batch, [mine[j] for j in micro] if micro is not None else [0], self.cfg.loss_agg,
+                          weights).to(self.device)
             logp = self._logprobs(self.model, packed, self.temperature)
             loss, metrics = self._loss(packed, logp, sft)
             if micro is None:  # an empty pass: the collectives of a forward and backward, no gradient
@@ -133,7 +142,7 @@ class Policy:
             tally.add(metrics)
             total += loss.item()  # each micro-batch's loss is its share of the batch's
             if fresh is not None and not sft:
-                keep = torch.tensor(fresh, dtype=torch.bool)[packed.seq_index]
+                keep = torch.tensor(fresh, dtype=torch.bool, device=self.device)[packed.seq_index]
                 gap += (logp.detach() - packed.old_logprobs)[keep].abs().sum().item()
                 gap_n += int(keep.sum())
         if self._sync is not None:
@@ -165,7 +174,7 @@ class Policy:
         weights = batch_weights(seqs, "token_mean")
         total = 0.0
         for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
-            packed = pack(seqs, micro, "token_mean", weights)
+            packed = pack(seqs, micro, "token_mean", weights).to(self.device)
             logp = self._logprobs(self.model, packed, 1.0)
             loss, _ = sft_loss(logp, packed.mask, packed.weights)
             total += loss.item()

@@ -27,16 +27,19 @@ from torch import Tensor, nn
 from pipelines.learn.packing import Packed
 
 
-def shard(model: nn.Module, bf16: bool) -> None:
-    """Wrap `model` in place: a unit per decoder layer, then the root. FSDP averages gradients
-    over ranks; a summed gradient is that average times the world size (`loss_scale`): a
-    custom divide factor would need PREMUL_SUM, which gloo lacks."""
+def shard(model: nn.Module, bf16: bool, device: torch.device | str = "cpu") -> None:
+    """Wrap `model` in place: a unit per decoder layer, then the root, its shards moved to
+    `device` (a mesh of that device type over the ranks: cuda with NCCL, cpu with gloo). FSDP
+    averages gradients over ranks; a summed gradient is that average times the world size
+    (`loss_scale`): a custom divide factor would need PREMUL_SUM, which gloo lacks."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mesh = init_device_mesh(torch.device(device).type, (dist.get_world_size(),))
     layer_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
     for layer in model.model.layers:
-        fully_shard(layer, **({"mp_policy": layer_mp} if layer_mp else {}))
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh, **({"mp_policy": layer_mp} if layer_mp else {}))
+    fully_shard(model, mesh=mesh)
 
 
 def loss_scale(grads: str) -> float:
@@ -44,9 +47,9 @@ def loss_scale(grads: str) -> float:
     return float(dist.get_world_size()) if grads == "sum" else 1.0
 
 
-def agreed_passes(n: int) -> int:
-    """The largest number of micro-batch passes any rank has this step."""
-    t = torch.tensor([n])
+def agreed_passes(n: int, device: torch.device | str = "cpu") -> int:
+    """The largest number of micro-batch passes any rank has this step (NCCL reduces cuda tensors only)."""
+    t = torch.tensor([n], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 

@@ -86,7 +86,7 @@ def _train_loop(config: dict, cfg, run: RunSpec) -> None:
     fsdp = cfg.learn.strategy == "fsdp2" and world > 1
     policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
                     sync=grad_sync(world, summed=not run.sft) if world > 1 and not fsdp else None,
-                    fsdp=("mean" if run.sft else "sum") if fsdp else None)
+                    fsdp=("mean" if run.sft else "sum") if fsdp else None, device=worker_device(cfg.learn.use_gpu))
     fingerprint = ckpt.model_fingerprint(run.model_dir)
     state = ckpt.LearnerState(fingerprint=fingerprint, cursor=config.get("cursor") or {})
     restored = train.get_checkpoint()
@@ -94,6 +94,15 @@ def _train_loop(config: dict, cfg, run: RunSpec) -> None:
         with restored.as_directory() as d:
             state = ckpt.load(Path(d), policy, fingerprint)
     (sft_loop if run.sft else rl_loop)(cfg, run, policy, state, rank, world)
+
+
+def worker_device(use_gpu: bool) -> torch.device:
+    """This worker's GPU (Ray Train assigned it and made it current), else the CPU."""
+    if not use_gpu:
+        return torch.device("cpu")
+    from ray.train.torch import get_device
+
+    return get_device()
 
 
 def grad_sync(world: int, summed: bool):

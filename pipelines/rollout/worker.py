@@ -101,18 +101,26 @@ class RolloutWorker:
 
 
 def start_workers(cfg: Config, model: str | None = None, version: int = 0, weights: str | None = None) -> list:
-    """N worker actors (on the nodes offering rollout.worker_resources); each restarts on death and
-    runs many groups at once. model: the base model's reference (default: model.path), checked
-    here without fetching it; each worker resolves it on its own node."""
+    """N worker actors (on the nodes offering rollout.worker_resources; with engine.use_gpu, each
+    on engine.tensor_parallel_size GPUs of one node); each restarts on death and runs many groups
+    at once. model: the base model's reference (default: model.path), checked here without
+    fetching it; each worker resolves it on its own node."""
     from pipelines.models import check_remote_ref
 
     model = check_remote_ref(model or cfg.model.path, "model")
     r = cfg.rollout.model_copy(update={"store": store_uri(cfg)})  # resolved where the cwd is the user's
     cfg = cfg.model_copy(update={"rollout": r, "home": str(cfg.home_path)})  # for nodes without MEMAGENT_HOME
-    actor = ray.remote(RolloutWorker).options(
-        num_cpus=r.worker_num_cpus, resources=r.worker_resources, max_restarts=r.max_restarts,
-        max_task_retries=0, max_concurrency=max(1000, 4 * r.loops_per_worker))
+    actor = ray.remote(RolloutWorker).options(**worker_options(cfg))
     return [actor.remote(cfg, model, f"worker-{i}", version, weights) for i in range(r.workers)]
+
+
+def worker_options(cfg: Config) -> dict[str, Any]:
+    """A worker actor's Ray options: its CPUs, the GPUs its engine runs on (engine.num_gpus:
+    tensor_parallel_size of them with engine.use_gpu), its custom resources."""
+    r = cfg.rollout
+    return {"num_cpus": r.worker_num_cpus, "num_gpus": cfg.engine.num_gpus, "resources": r.worker_resources,
+            "max_restarts": r.max_restarts, "max_task_retries": 0,
+            "max_concurrency": max(1000, 4 * r.loops_per_worker)}
 
 
 def close_workers(workers: list) -> None:

@@ -88,12 +88,23 @@ def build_app(cfg: Config, model: str | None = None):
              if isinstance(tracker, MlflowTracker) else None)
     agent = Agent.options(
         num_replicas=s.replicas, max_ongoing_requests=s.max_ongoing_requests,
-        max_queued_requests=s.max_queued_requests,
-        ray_actor_options={"num_cpus": s.replica_cpus, "runtime_env": {"env_vars": env}},
+        max_queued_requests=s.max_queued_requests, ray_actor_options=replica_options(cfg, env),
     ).bind(settings, track)
     jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings, track)
     gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg), follow)
     return Gateway.options(ray_actor_options=light, max_ongoing_requests=10_000).bind(agent, jobs, gateway)
+
+
+def replica_options(cfg: Config, env: dict[str, str]) -> dict:
+    """An agent replica's Ray actor options: its CPUs, the GPUs its engine runs on
+    (engine.num_gpus: tensor_parallel_size of them with engine.use_gpu), serve.replica_resources."""
+    s = cfg.serve
+    options = {"num_cpus": s.replica_cpus, "runtime_env": {"env_vars": env}}
+    if cfg.engine.num_gpus:
+        options["num_gpus"] = cfg.engine.num_gpus
+    if s.replica_resources:
+        options["resources"] = dict(s.replica_resources)
+    return options
 
 
 def start(cfg: Config, model: str | None = None, host: str | None = None, port: int | None = None) -> str:

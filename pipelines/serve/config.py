@@ -32,6 +32,9 @@ class ServeConfig(Strict):
     follow_interval_s: float = Field(30.0, gt=0)
     replicas: int = Field(1, ge=1)
     replica_cpus: float = Field(1.0, gt=0)
+    # Ray custom resources each agent replica also reserves, e.g. {"serve_node": 1}: places the
+    # replicas on the nodes that offer them (as rollout.worker_resources does for rollout workers).
+    replica_resources: dict[str, float] = {}
     # Documents in flight per replica (each interleaves their turns on one engine).
     max_ongoing_requests: int = Field(32, ge=1)
     # Requests waiting per caller beyond that; then 503 with Retry-After.

@@ -53,7 +53,12 @@ def test_json_is_one_object(capsys):
 @pytest.mark.parametrize("overrides,expected", [
     (["rollout.workers=32"],
      "rollout: 32 workers x (8 CPUs, 1 GPU) in group 'rollout' (2 nodes x 88 CPUs, 8 GPUs): only 16 fit"),
-    (["engine.tensor_parallel_size=16"], "rollout: 16 workers x (8 CPUs, 16 GPUs)"),
+    (["engine.tensor_parallel_size=16"], "engine.tensor_parallel_size=16: more GPUs than one node of group "
+                                         "'rollout' (2 nodes x 88 CPUs, 8 GPUs) has; an engine's GPUs lie within one node"),
+    (["engine.tensor_parallel_size=2"], "rollout: 16 workers x (8 CPUs, 2 GPUs) in group 'rollout' "
+                                        "(2 nodes x 88 CPUs, 8 GPUs): only 8 fit"),
+    (["cluster.groups.rollout.gpus_per_node=0"], "engine.use_gpu=true: group 'rollout' (2 nodes x 88 CPUs, 0 GPUs) "
+                                                 "has no GPUs"),
     (["learn.cpus_per_worker=12"], "learner: 16 workers x (12 CPUs, 1 GPU) in group 'learner' "
                                    "(2 nodes x 88 CPUs, 8 GPUs): only 14 fit"),
     (["cluster.groups.learner.gpus_per_node=0"], "learner: 16 workers x (8 CPUs, 1 GPU) in group 'learner' "
@@ -68,6 +73,12 @@ def test_each_resource_problem_is_one_line(capsys, overrides, expected):
     lines = problems(out)
     assert len(lines) == 1 and lines[0].startswith(expected), out
     assert err.splitlines()[-1] == f"memagent: error: config '{PRESET}': 1 problem"
+
+
+def test_cpu_engines_reserve_no_gpus(capsys):
+    rc, out, err = check(capsys, "engine.use_gpu=false", "engine.tensor_parallel_size=16")
+    assert rc == 0, err
+    assert "rollout: 16 workers x (8 CPUs, 0 GPUs) in group 'rollout'" in out
 
 
 def test_rollout_and_learner_sharing_the_cluster_count_together(capsys):
