@@ -22,9 +22,11 @@ from pipelines.models import absolute_ref, config_model_dir
 from pipelines.serve.config import LOOPBACK
 from pipelines.storage import absolute_uri, is_s3
 
+# The driver's environment its deployments get. Not MEMAGENT_HOME: each node keeps its own home
+# (a replica elsewhere caches its model there; without one, under the driver's home path).
 FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_REGION", "AWS_DEFAULT_REGION", "MEMAGENT_HOME", "VLLM_LOGGING_LEVEL",
-                 "TOKENIZERS_PARALLELISM", "MLFLOW_TRACKING_URI")
+                 "AWS_REGION", "AWS_DEFAULT_REGION", "VLLM_LOGGING_LEVEL", "TOKENIZERS_PARALLELISM",
+                 "MLFLOW_TRACKING_URI")
 
 
 def state_dir(cfg: Config) -> str:

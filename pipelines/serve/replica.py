@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipelines.agent import AgentConfig, AgentResult, Loop, make_loop
 from pipelines.agent.codec import ChatCodec
+from pipelines.config import home_dir
 from pipelines.engine import EngineConfig, create_engine
 from pipelines.engine.driver import agent_sampling, run_loop
 from pipelines.models import resolve_model
@@ -37,7 +38,7 @@ VERSION_CHECK_S = 2.0
 @dataclass(frozen=True)
 class ReplicaSettings:
     model: str
-    home: str
+    home: str  # the driver's home, absolute: used on a node that sets no MEMAGENT_HOME of its own
     state_dir: str
     engine: EngineConfig
     agent: AgentConfig
@@ -212,7 +213,8 @@ class AgentCore:
 
 
 def _model_dir(settings: ReplicaSettings, model: str) -> Path:
-    return resolve_model(model, Path(settings.home), settings.tracking_uri)
+    """The model's folder on this replica's node: fetched into that node's home (home_dir)."""
+    return resolve_model(model, home_dir(settings.home), settings.tracking_uri)
 
 
 def turn_event(progress: AgentResult, reading: Reading, elapsed: float) -> dict:
