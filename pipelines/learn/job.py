@@ -71,7 +71,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     started, last = time.perf_counter(), {}
     history = load_history(out) if prior else []  # the steps before a resume, for the curve
     try:
-        datasets = sft_datasets(tasks, model_dir, cfg) if req.sft else None
+        datasets = sft_datasets(tasks, run.model, cfg) if req.sft else None
         def step_done(step: int, m: dict) -> None:
             nonlocal history
             on_step(step, steps, m, tracker)

@@ -62,9 +62,11 @@ def held_back(sample_id: str, fraction: float) -> bool:
     return int(hashlib.sha1(sample_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def sft_datasets(tasks: str, model_dir: str, cfg) -> dict[str, Any]:
+def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     """The train conversations as a Ray Dataset, streamed from the task rows (the held-back
-    slice is left out; the learner's rank 0 builds that small slice itself)."""
+    slice is left out; the learner's rank 0 builds that small slice itself). model: the base
+    model's reference (absolute_ref); each task resolves it on its own node for the tokenizer
+    (an s3:// or models:/ model is fetched into that node's home), as the rollout workers do."""
     from pipelines.ingest.tasks import task_files
     from pipelines.rollout.core import store_uri
 
@@ -74,8 +76,8 @@ def sft_datasets(tasks: str, model_dir: str, cfg) -> dict[str, Any]:
     # worker, Ray Data gave the read no budget while an actor pool held its share).
     files = ray.data.from_items([{"uri": u} for u in task_files(tasks)])
     return {"train": files.map_batches(
-        trace_files, fn_kwargs={"model_dir": model_dir, "agent": cfg.agent, "store": store_uri(cfg),
-                                "heldout": cfg.learn.sft_heldout},
+        trace_files, fn_kwargs={"model": model, "cfg": cfg.model_copy(update={"home": str(cfg.home_path)}),
+                                "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout},
         batch_format="pyarrow", batch_size=1, num_cpus=0.25)}
 
 
@@ -84,11 +86,13 @@ def _tracer(model_dir: str, agent, store: str | None, heldout: float) -> TraceRo
     return TraceRows(model_dir, agent, store, heldout)
 
 
-def trace_files(batch: pa.Table, model_dir: str, agent, store: str | None, heldout: float) -> Iterator[pa.Table]:
-    """Each file's conversations, ROWS task rows at a time (memory stays bounded)."""
+def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
+    """Each file's conversations, ROWS task rows at a time (memory stays bounded). cfg: its home
+    absolute (the driver's, for nodes without MEMAGENT_HOME)."""
     from pipelines.ingest.tasks import read_task_rows
+    from pipelines.models import config_model_dir
 
-    tracer = _tracer(model_dir, agent, store, heldout)
+    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout)
     for uri in batch.column("uri").to_pylist():
         rows = read_task_rows(uri)
         while chunk := list(itertools.islice(rows, ROWS)):
