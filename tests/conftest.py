@@ -59,6 +59,14 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def vllm_tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A random 2-layer Llama that vLLM's CPU attention accepts (head_dim 64): structure only, in seconds."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama-vllm"), tokenizer, hidden_size=128,
+                           intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, max_position_embeddings=4096)
+
+
+@pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """A real SeaweedFS S3 endpoint on free loopback ports; its env is set for the session."""
     server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()

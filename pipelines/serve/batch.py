@@ -2,12 +2,14 @@
 
     memagent batch --input questions.jsonl --output results/ --server http://127.0.0.1:8000
     memagent batch --input s3://bucket/q.parquet --output s3://bucket/answers/   # starts the app here
+    memagent batch --runner data --input s3://bucket/q/ --output s3://bucket/answers/ --store s3://bucket/store
 
 Input rows: `question` and one of `document` (or `context`), `doc_id`, `uri`; optional `id`.
 Without --server the same app starts in this process (same code path), runs the job, and
 stops; that app may also read the input and write the output named here (rows' `uri`s
 still need serve.allowed_paths). Running it again with the same input and output resumes
-from finished shards.
+from finished shards. `--runner data` runs the same job as a Ray Data pipeline instead, with no
+app (pipelines/serve/datarunner.py): same output, and either runner resumes the other's.
 """
 
 from __future__ import annotations
@@ -90,7 +92,11 @@ def with_allowed(cfg: Config, *uris: str) -> Config:
 
 
 def run_job(client: Client, input_uri: str, output_uri: str) -> dict:
-    st = follow(client, client.submit(input_uri, output_uri))
+    return report(follow(client, client.submit(input_uri, output_uri)))
+
+
+def report(st: dict) -> dict:
+    """A job's last status (JobState.public) as the command's result line; an error unless done."""
     print(f"job {st['job_id']}: {st['status']}, {st['done']}/{st['total']} rows, {st['errors']} errors "
           f"-> {st['output']}")
     if st["status"] != "done":
@@ -110,7 +116,21 @@ def add_arguments(p) -> None:
     p.add_argument("--input", required=True, help="parquet/jsonl rows: file, folder or s3:// URI")
     p.add_argument("--output", required=True, help="folder or s3:// prefix for the parquet shards")
     p.add_argument("--server", help="URL of a running `memagent serve` (default: start one here)")
+    p.add_argument("--store", help="chunk store for doc_id rows (folder or s3://; default: serve.store)")
+    p.add_argument("--runner", choices=("serve", "data"), default="serve",
+                   help="serve: through the Serve app (default); data: a Ray Data pipeline, no app")
 
 
 def run(cfg: Config, args) -> None:
-    main(cfg, args.input, args.output, args.server)
+    if args.server and args.store:
+        raise UserError("--store: not with --server (a running server reads its own store)")
+    if args.store:
+        cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
+    if args.runner == "serve":
+        main(cfg, args.input, args.output, args.server)
+        return
+    if args.server:
+        raise UserError("--server: only with --runner serve (the data runner starts its own engines)")
+    from pipelines.serve import datarunner
+
+    report(datarunner.main(cfg, args.input, args.output))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
+import itertools
 import json
 import re
 import types
@@ -24,9 +24,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
+from pipelines.ingest.readers import iter_lines
 from pipelines.serve.access import real, under
 from pipelines.serve.schema import ServeError
-from pipelines.storage import first_line, resolve
+from pipelines.storage import BLOCK, first_line, resolve
 
 SHARD = re.compile(r"^part-(\d{6})\.parquet$")
 INPUT_SUFFIXES = (".parquet", ".jsonl")
@@ -111,15 +112,44 @@ def check_links(uri: str, folder: str, files: list[str]) -> None:
 def iter_rows(uri: str, batch_rows: int = 256) -> Iterator[dict]:
     """Every input row in order, streamed; a malformed JSON line becomes a row with `error`."""
     for fs, path in input_files(uri):
-        if path.endswith(".parquet"):
-            with fs.open_input_file(path) as f:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows):
-                    yield from batch.to_pylist()
-            continue
-        with fs.open_input_stream(path) as raw:
-            for n, line in enumerate(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"), 1):
-                if line.strip():
-                    yield _json_row(line, f"{path}:{n}")
+        yield from file_rows(fs, path, batch_rows=batch_rows)
+
+
+def file_rows(fs: pafs.FileSystem, path: str, row: int = 0, offset: int = 0, line: int = 1,
+              batch_rows: int = 256) -> Iterator[dict]:
+    """A file's rows from its row `row` on: parquet skips the row groups before it; jsonl starts
+    reading at byte `offset`, where line number `line` (that row's) begins (shards.py plans both)."""
+    if path.endswith(".parquet"):
+        with fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            groups, skip = _row_groups_from(pf.metadata, row)
+            batches = pf.iter_batches(batch_size=batch_rows, row_groups=groups) if groups else ()
+            yield from itertools.islice((r for b in batches for r in b.to_pylist()), skip, None)
+        return
+    with fs.open_input_file(path) as f:
+        f.seek(offset)
+        for _, n, raw in jsonl_lines(f, offset, line):
+            yield _json_row(raw.decode("utf-8", errors="replace"), f"{path}:{n}")
+
+
+def _row_groups_from(meta: pq.FileMetaData, row: int) -> tuple[list[int], int]:
+    """The row groups from the one holding `row` on, and how many rows of that group come before it."""
+    first = 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        if row < first + n:
+            return list(range(g, meta.num_row_groups)), row - first
+        first += n
+    return [], 0
+
+
+def jsonl_lines(f, offset: int = 0, line: int = 1) -> Iterator[tuple[int, int, bytes]]:
+    """(byte offset, line number, bytes) of each non-blank line read from `f`, which stands at
+    byte `offset`, the start of line number `line`. Lines end at b"\\n" only."""
+    for raw in iter_lines(iter(lambda: f.read(BLOCK), b"")):
+        if raw.strip():
+            yield offset, line, raw
+        offset, line = offset + len(raw) + 1, line + 1
 
 
 def _json_row(line: str, where: str) -> dict:
@@ -137,8 +167,8 @@ def count_rows(uri: str) -> int:
             with fs.open_input_file(path) as f:
                 total += pq.ParquetFile(f).metadata.num_rows
         else:
-            with fs.open_input_stream(path) as raw:
-                total += sum(1 for line in io.TextIOWrapper(raw, encoding="utf-8", errors="replace") if line.strip())
+            with fs.open_input_stream(path) as f:
+                total += sum(1 for _ in jsonl_lines(f))
     return total
 
 

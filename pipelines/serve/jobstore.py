@@ -15,8 +15,10 @@ from enum import StrEnum
 
 import pyarrow.fs as pafs
 
+from pipelines.serve.jobs import job_id_for
+from pipelines.serve.schema import ServeError
 from pipelines.serve.state import join, read_json, write_json
-from pipelines.storage import resolve
+from pipelines.storage import first_line, resolve
 
 STATE_FILE = "_job.json"
 
@@ -104,6 +106,22 @@ class JobStore:
     def load(self, output: str) -> JobState | None:
         data = read_json(join(output, STATE_FILE))
         return JobState(**data) if data else None
+
+    def open(self, input_uri: str, output_uri: str, shard_rows: int) -> JobState:
+        """The job from input to output: the state saved at the output (to resume), else a new
+        one, saved there now. An output holding another job's results is refused (409)."""
+        job_id = job_id_for(input_uri, output_uri)
+        state = self.load(output_uri)
+        if state and state.job_id != job_id:
+            raise ServeError(f"output '{output_uri}': holds the results of another job (input "
+                             f"'{state.input}')", 409)
+        if state is None:
+            state = JobState(job_id, input_uri, output_uri, shard_rows)
+            try:
+                self.save(state)
+            except OSError as e:
+                raise ServeError(f"output '{output_uri}': not writable ({first_line(e)})", 400) from None
+        return state
 
     def save(self, state: JobState) -> None:
         """Saves are serialized and snapshot the state under the lock, so the last write is the newest."""

@@ -14,7 +14,7 @@ import logging
 
 from pipelines.errors import UserError
 from pipelines.serve.access import Access
-from pipelines.serve.jobs import OutputRow, input_files, job_id_for
+from pipelines.serve.jobs import OutputRow, input_files
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.runner import JobRunner
 from pipelines.serve.schema import Reply, ServeError
@@ -71,17 +71,7 @@ class JobManager:
     def _prepare(self, input_uri: str, output_uri: str) -> JobState:
         input_uri, output_uri = self.access.check(input_uri, "input"), self.access.check(output_uri, "output")
         input_files(input_uri)
-        job_id = job_id_for(input_uri, output_uri)
-        state = self.store.load(output_uri)
-        if state and state.job_id != job_id:
-            raise ServeError(f"output '{output_uri}': holds the results of another job (input "
-                             f"'{state.input}')", 409)
-        if state is None:
-            state = JobState(job_id, input_uri, output_uri, self.cfg.shard_rows)
-            try:
-                self.store.save(state)
-            except OSError as e:
-                raise ServeError(f"output '{output_uri}': not writable ({first_line(e)})", 400) from None
+        state = self.store.open(input_uri, output_uri, self.cfg.shard_rows)
         self.store.register(state)
         return state
 

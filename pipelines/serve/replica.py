@@ -39,7 +39,7 @@ VERSION_CHECK_S = 2.0
 class ReplicaSettings:
     model: str
     home: str  # the driver's home, absolute: used on a node that sets no MEMAGENT_HOME of its own
-    state_dir: str
+    state_dir: str  # where the app records reloads; "" (a batch actor): serve `model`, follow nothing
     engine: EngineConfig
     agent: AgentConfig
     serve: ServeConfig
@@ -61,7 +61,7 @@ class AgentCore:
     @classmethod
     def create(cls, settings: ReplicaSettings) -> "AgentCore":
         """Serves the last reloaded version if there was one, else the configured model."""
-        model, version = read_model_state(settings.state_dir) or (settings.model, 0)
+        model, version = (settings.state_dir and read_model_state(settings.state_dir)) or (settings.model, 0)
         if settings.tracking_uri:  # models:/NAME@ALIAS -> the models:/NAME/VERSION it names now
             model = pin(model, settings.tracking_uri)
         model_dir = _model_dir(settings, model)
@@ -70,7 +70,7 @@ class AgentCore:
     async def sync_version(self) -> None:
         """Catch up with a reload this replica missed (it was restarting when it was broadcast)."""
         now = time.monotonic()
-        if now - self._checked < VERSION_CHECK_S:
+        if not self.settings.state_dir or now - self._checked < VERSION_CHECK_S:
             return
         self._checked = now
         latest = await asyncio.to_thread(read_model_state, self.settings.state_dir)

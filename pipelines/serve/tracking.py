@@ -34,6 +34,18 @@ def job_figures(state) -> dict[str, float]:
             SERVE_DOCUMENTS_PER_S: pub["documents_per_s"], SERVE_TOKENS_PER_S: pub["tokens_per_s"]}
 
 
+def kill_stale(tracker, filter_string: str) -> None:
+    """Runs left RUNNING by an app or job that was killed (an MlflowTracker's): they ended there."""
+    client = tracker.client
+    for r in client.search_runs([tracker.experiment_id()], f"{filter_string} and attributes.status = 'RUNNING'"):
+        client.set_terminated(r.info.run_id, "KILLED")
+
+
+def job_filter(job_id: str) -> str:
+    """The runs of one batch job, whichever runner ran it."""
+    return f"tags.command = 'batch' and tags.job_id = '{job_id}'"
+
+
 class ServeTracking:
     def __init__(self, tracker, app: str, tags: dict[str, str]):
         """tracker: an MlflowTracker (its URI, experiment and artifact location); tags: the
@@ -43,15 +55,9 @@ class ServeTracking:
 
     def _open(self, tags: dict[str, str]) -> str:
         client, exp = self.tracker.client, self.tracker.experiment_id()
-        self._kill_stale(f"tags.command = 'serve' and tags.app = '{self.app}'")
+        kill_stale(self.tracker, f"tags.command = 'serve' and tags.app = '{self.app}'")
         tags = {**tags, "command": "serve", "app": self.app}
         return client.create_run(exp, run_name=f"serve-{self.app}", tags=tags).info.run_id
-
-    def _kill_stale(self, filter_string: str) -> None:
-        """Runs left RUNNING by an app that was killed: they ended there."""
-        client = self.tracker.client
-        for r in client.search_runs([self.tracker.experiment_id()], f"{filter_string} and attributes.status = 'RUNNING'"):
-            client.set_terminated(r.info.run_id, "KILLED")
 
     def loaded(self, ref: str, version: int, replica: str) -> None:
         """A replica now serves `ref` with weights version `version`."""
@@ -73,7 +79,7 @@ class ServeTracking:
             return None
 
         def start() -> str:
-            self._kill_stale(f"tags.command = 'batch' and tags.job_id = '{job_id}'")
+            kill_stale(self.tracker, job_filter(job_id))
             tags = {"command": "batch", "mlflow.parentRunId": self.run_id, "job_id": job_id, "input": input_uri,
                     "output": output, "model": model, "model_version": str(version)}
             return self.tracker.client.create_run(self.tracker.experiment_id(), run_name=f"batch-{job_id}",

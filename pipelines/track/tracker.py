@@ -111,6 +111,9 @@ class MlflowTracker:
         try:
             yield run_id
             status = "FINISHED"
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (raylife.Stopped): stopped, not broken
+            status = "KILLED"
+            raise
         finally:
             self._safe("end_run", lambda: self.client.set_terminated(run_id, status), {"status": status})
             self._stack.pop()
