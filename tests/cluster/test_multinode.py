@@ -1,10 +1,12 @@
 """The same commands on a real two-node Ray cluster (tests/cluster/raynodes.py): ingest, a rollout,
 an eval cell, training steps and a Serve batch job, each a `memagent` driver that joins the
 cluster through RAY_ADDRESS, with the chunk store, task rows, trajectories, checkpoints and
-results on SeaweedFS S3 and the runs on an MLflow server. The rollout workers and the Ray Train
-learner are placed on node b (rollout.worker_resources, learn.worker_resources), whose
-processes cannot see the driver's home or any of the test's local files (covered by an empty
-tmpfs in node b's mount namespace): whatever they need comes from S3 into node b's own home.
+results on SeaweedFS S3 and the runs on an MLflow server. The rollout workers, the Ray Train
+learner and the Serve replica are placed on node b (rollout.worker_resources,
+learn.worker_resources, serve.replica_resources), whose processes cannot see the driver's home
+or any of the test's local files (covered by an empty tmpfs in node b's mount namespace):
+whatever they need comes from S3 into node b's own home. The batch job serves the trained
+model, which nothing else on node b fetches: its cache in node b's home is the replica's.
 
 The tiny random Llama on the transformers engine: only where work runs matters here."""
 
@@ -37,7 +39,7 @@ COMMON = [f"model.path={MODEL}", "engine.kind=hf", "engine.dtype=float32", "agen
           "rollout.batch_groups=1", "rollout.buffer_groups=2", "rollout.drop_equal_rewards=false",
           "learn.worker_resources={node_b: 1}", "learn.lr=1e-3", "eval.concurrency=4",
           f"serve.store={STORE}", f"serve.state_dir={ROOT}/serve", "serve.shard_rows=2",
-          "serve.replica_cpus=1.5"]  # more than the head has: the replica runs on node b (no serve placement key yet)
+          "serve.replica_resources={node_b: 1}"]
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,9 @@ def cluster(s3, mlflow_uri, tmp_path_factory, tiny_model_dir):
         shutil.rmtree(other, ignore_errors=True)
 
 
-def memagent(cluster: LocalCluster, *args: str) -> str:
-    """A driver on the head's machine; its stdout."""
-    proc = run_cli(*args, *COMMON, env=cluster.driver_env(cluster.head.home))
+def memagent(cluster: LocalCluster, *args: str, overrides: tuple[str, ...] = ()) -> str:
+    """A driver on the head's machine; its stdout. overrides: after COMMON's, so they win."""
+    proc = run_cli(*args, *COMMON, *overrides, env=cluster.driver_env(cluster.head.home))
     assert proc.returncode == 0, f"memagent {args[0]}: {proc.stderr[-4000:]}"
     return proc.stdout
 
@@ -122,7 +124,8 @@ def stages(cluster, s3, tiny_model_dir) -> Stages:
     train = last_json(memagent(cluster, "train", "--tasks", TASKS, "--out", f"{ROOT}/train", "--steps", "2"))
     questions = put_jsonl(s3, "multinode/batch/q.jsonl", [{"id": f"r{i}", "question": f"What is the code of box {i}?",
                                                            "doc_id": f"doc{i}"} for i in range(N_DOCS)])
-    memagent(cluster, "batch", "--input", questions, "--output", f"{ROOT}/batch/out")
+    memagent(cluster, "batch", "--input", questions, "--output", f"{ROOT}/batch/out",
+             overrides=(f"model.path={train['model']}",))  # the trained model
     return Stages(ingest, rollout, f"{ROOT}/eval", train, f"{ROOT}/batch/out")
 
 
@@ -142,14 +145,18 @@ def test_node_b_cannot_read_the_drivers_files(cluster, stages, tiny_model_dir):
         assert path.exists() and not node_b_view(cluster, path).exists(), path
 
 
-def test_node_b_wrote_under_the_drivers_paths_only_the_serve_replicas_cache(cluster, stages):
-    """Known: pipelines/serve/app.py hands its replicas the driver's MEMAGENT_HOME, so a replica on
-    node b caches its model under the driver's home path (a folder it creates on node b). Nothing
-    else of node b may write there."""
+def test_node_b_wrote_nothing_under_the_drivers_paths(cluster, stages):
     written = [p for folder in cluster.hidden for p in node_b_view(cluster, folder).rglob("*") if p.is_file()]
-    serve_cache = node_b_view(cluster, cluster.head.home / "cache")
-    assert all(p.is_relative_to(serve_cache) for p in written), written
+    assert written == []
+
+
+def test_node_bs_serve_replica_fetched_its_model_into_node_bs_home(cluster, stages):
+    """The replica resolves the served model (the trained one, s3://) on its node, under that
+    node's MEMAGENT_HOME: the driver's home is never forwarded to it."""
     assert "ServeReplica:memagent:Agent" in cluster.other.actor_classes()
+    assert "ServeReplica:memagent:Agent" not in cluster.head.actor_classes()
+    served = cluster.other.home / "cache" / "s3" / stages.train["model"][len("s3://"):]
+    assert (served / "config.json").is_file() and (served / "model.safetensors").is_file()
 
 
 def test_rollout_workers_and_learner_ran_on_node_b_only(cluster, stages):
