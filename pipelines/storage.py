@@ -12,6 +12,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -126,25 +127,48 @@ def download_prefix(uri: str, dest: Path) -> Path:
 
 
 def publish_dir(src: Path, uri: str) -> str:
-    """Copy a local folder to `uri` (folder or s3:// prefix) so that it appears whole: local
-    folders are written aside and renamed; on S3 every object is one PUT, config.json last
-    (readers check for it)."""
+    """Copy a local folder to `uri` (folder or s3:// prefix) so that it appears whole."""
+    with staged_dir(uri) as dest:
+        import shutil
+
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+    return located(uri)
+
+
+def located(uri: str) -> str:
+    """Where a folder written at `uri` is read from: an s3:// URI as it is, a local one as its path."""
+    return uri if is_s3(uri) else resolve(uri)[1]
+
+
+@contextmanager
+def staged_dir(uri: str) -> Iterator[Path]:
+    """A local folder to fill that appears whole at `uri` on exit, or not at all on an error.
+    Local: written beside the destination and renamed into place (no copy); S3: written to a
+    temporary folder, then one PUT per object, config.json last (readers check for it)."""
     fs, root = resolve(uri)
-    files = sorted((p for p in Path(src).rglob("*") if p.is_file()), key=lambda p: p.name == "config.json")
-    if isinstance(fs, pafs.LocalFileSystem):
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local:
         import shutil
 
         tmp = Path(f"{root}.{uuid.uuid4().hex[:8]}.part")
-        shutil.copytree(src, tmp)
-        if Path(root).exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-        return root
-    for p in files:
-        with open(p, "rb") as f, fs.open_output_stream(f"{root}/{p.relative_to(src)}") as out:
-            while buf := f.read(BLOCK * 8):
-                out.write(buf)
-    return uri
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+            if Path(root).exists():
+                shutil.rmtree(root)
+            tmp.rename(root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="memagent-stage-") as d:
+        yield Path(d)
+        files = sorted((p for p in Path(d).rglob("*") if p.is_file()), key=lambda p: p.name == "config.json")
+        for p in files:
+            with open(p, "rb") as f, fs.open_output_stream(f"{root}/{p.relative_to(d)}") as out:
+                while buf := f.read(BLOCK * 8):
+                    out.write(buf)
 
 
 def remove_tree(uri: str) -> None:

@@ -30,7 +30,7 @@ from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import heldout_seqs, seq_of
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
 from pipelines.rollout.metrics import MetricsTally
-from pipelines.storage import publish_dir
+from pipelines.storage import staged_dir
 
 
 @dataclass(frozen=True)
@@ -264,6 +264,6 @@ def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: l
         state.best_loss = loss
         weights = policy.weights()
         if rank == 0:
-            with tempfile.TemporaryDirectory(prefix="memagent-best-") as d:
-                publish_dir(save_hf_folder(policy.model, run.model_dir, Path(d) / "best", weights), f"{run.out}/best")
+            with staged_dir(f"{run.out}/best") as dest:
+                save_hf_folder(policy.model, run.model_dir, dest, weights)
 

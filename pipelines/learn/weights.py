@@ -8,7 +8,6 @@ with vLLM's NCCL weight transfer later without touching the learner loop.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
@@ -16,7 +15,7 @@ from typing import Protocol
 from torch import nn
 
 from pipelines.learn.lora import merged_state_dict
-from pipelines.storage import list_dirs, publish_dir, remove_tree
+from pipelines.storage import list_dirs, located, remove_tree, staged_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt", "chat_template.jinja", "generation_config.json")
@@ -48,11 +47,12 @@ class FolderPublisher:
         from `keep_from` on (the latest checkpoint's, which a resumed run loads, and any newer
         one a checkpoint being registered may name)."""
         start = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="memagent-weights-") as tmp:
-            uri = publish_dir(save_hf_folder(model, self.base_dir, Path(tmp) / "w", weights), f"{self.root}/v{version}")
+        uri = f"{self.root}/v{version}"
+        with staged_dir(uri) as dest:
+            save_hf_folder(model, self.base_dir, dest, weights)
         self.last_write_s = time.perf_counter() - start
         self.prune(version, keep_from)
-        return uri
+        return located(uri)
 
     def prune(self, version: int, keep_from: int | None = None) -> None:
         keep_from = version if keep_from is None else keep_from

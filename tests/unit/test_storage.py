@@ -19,3 +19,19 @@ def test_file_uri_and_errors(tmp_path):
     (tmp_path / "nul.txt").write_bytes(b"abc\x00def")
     with pytest.raises(UserError, match="binary content"):
         list(read_text_blocks(str(tmp_path / "nul.txt")))
+
+
+def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
+    from pipelines.storage import located, staged_dir
+
+    dest = tmp_path / "weights" / "v1"
+    with staged_dir(str(dest)) as d:
+        (d / "model.safetensors").write_bytes(b"x" * 10)
+        assert not dest.exists()  # nothing at the destination while it is being written
+    assert (dest / "model.safetensors").read_bytes() == b"x" * 10
+    assert located(f"file://{dest}") == str(dest)
+    with pytest.raises(RuntimeError), staged_dir(str(dest)) as d:
+        (d / "half").write_text("half")
+        raise RuntimeError("killed mid-write")
+    assert sorted(p.name for p in dest.iterdir()) == ["model.safetensors"]  # the old version stays
+    assert [p.name for p in dest.parent.iterdir()] == ["v1"]  # no .part folder left behind
