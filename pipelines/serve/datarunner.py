@@ -97,7 +97,7 @@ def run(cfg: Config, store: JobStore, state: JobState) -> None:
                 store.save(state)
                 bar.set(state.done, errors=state.errors, **{"tok/s": state.public()["tokens_per_s"]})
         except KeyboardInterrupt:
-            state.interrupt()
+            state.interrupt("stopped; the same command resumes it")
             raise
         except Exception as e:  # noqa: BLE001 - the job fails with its reason; finished shards stay
             state.fail(e)

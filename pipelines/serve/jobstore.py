@@ -81,10 +81,10 @@ class JobState:
     def cancel(self) -> None:
         self.status, self.message = JobStatus.CANCELLED, "cancelled by request"
 
-    def interrupt(self) -> None:
+    def interrupt(self, message: str = "the app stopped; it resumes this job on restart") -> None:
         """The run stopped without a request to (the app is stopping): resumable, unless cancelled."""
         if self.status != JobStatus.CANCELLED:
-            self.status, self.message = JobStatus.INTERRUPTED, "the app stopped; it resumes this job on restart"
+            self.status, self.message = JobStatus.INTERRUPTED, message
 
     def public(self) -> dict:
         secs = max(self.run_seconds, 1e-9)
