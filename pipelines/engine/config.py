@@ -19,6 +19,9 @@ class EngineConfig(Strict):
     cpu_kvcache_gib: int = 2
     # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
     cpu_reserved_cores: int | None = Field(None, ge=0)
+    # CPU build: the cores the engine's threads run on, e.g. "0" or "0-3" (VLLM_CPU_OMP_THREADS_BIND);
+    # None: every core of its NUMA node. Keeps a rollout engine off the learner's cores on one node.
+    cpu_cores: str | None = Field(None, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$", coerce_numbers_to_str=True)
     # GPU engines: every process that runs one (a rollout worker, a Serve replica) reserves
     # tensor_parallel_size GPUs from Ray (`num_gpus`), all on its node; vLLM must be the GPU build.
     use_gpu: bool = False

@@ -54,6 +54,7 @@ class VLLMEngine:
         if cpu:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(cfg))
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"
         args = AsyncEngineArgs(
             model=model_dir, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=cfg.seed,

@@ -70,6 +70,9 @@ class LearnConfig(Strict):
     # how a 2-core machine trains on both cores while Ray Data keeps a CPU for the SFT traces
     # (Ray Data gets no budget when the learner reserves more than all but one CPU).
     threads: int | None = Field(None, gt=0)
+    # The cores a learner worker's threads run on (CPU training; None: any). With
+    # engine.cpu_cores, rollout and learner on disjoint cores of one node instead of contending.
+    cpu_cores: tuple[int, ...] | None = None
     # Optimizer steps of a run (`--steps` overrides); the wall-clock bound (`--max-minutes`).
     steps: int = Field(100, gt=0)
     max_minutes: float | None = Field(None, gt=0)

@@ -83,6 +83,8 @@ def _train_loop(config: dict, cfg, run: RunSpec) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     torch.manual_seed(cfg.learn.seed + rank)
     torch.set_num_threads(cfg.learn.threads or max(1, math.ceil(cfg.learn.cpus_per_worker)))
+    if cfg.learn.cpu_cores:
+        pin(cfg.learn.cpu_cores)
     fsdp = cfg.learn.strategy == "fsdp2" and world > 1
     policy = Policy(run.model_dir, cfg.learn, temperature=cfg.rollout.temperature,
                     sync=grad_sync(world, summed=not run.sft) if world > 1 and not fsdp else None,
@@ -103,6 +105,17 @@ def worker_device(use_gpu: bool) -> torch.device:
     from ray.train.torch import get_device
 
     return get_device()
+
+
+def pin(cores: tuple[int, ...]) -> None:
+    """Every thread of this process (torch's pool included) on these cores."""
+    import os
+
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError as e:
+            raise UserError(f"learn.cpu_cores={list(cores)}: {e.strerror}") from None
 
 
 def grad_sync(world: int, summed: bool):

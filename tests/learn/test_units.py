@@ -218,3 +218,32 @@ def test_pruning_keeps_the_last_versions_and_any_a_checkpoint_may_name(tmp_path,
     assert kept() == ["v3", "v4", "v5"]
     pub.prune(5)  # the run's end: its last checkpoint names v5
     assert kept() == ["v4", "v5"]
+
+
+def test_pin_puts_every_thread_of_the_process_on_the_cores():
+    import os
+    import threading
+
+    from pipelines.learn.trainer import pin
+
+    before = os.sched_getaffinity(0)
+    started = threading.Event()
+    t = threading.Thread(target=started.wait, daemon=True)  # a thread that exists before pinning
+    t.start()
+    try:
+        core = min(before)
+        pin((core,))
+        assert {tid: os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")} == {
+            tid: {core} for tid in os.listdir("/proc/self/task")}
+    finally:
+        started.set()
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), before)
+
+
+def test_pin_to_a_core_the_machine_lacks_is_one_line_naming_the_setting():
+    from pipelines.errors import UserError
+    from pipelines.learn.trainer import pin
+
+    with pytest.raises(UserError, match=r"learn.cpu_cores=\[4095\]"):
+        pin((4095,))
