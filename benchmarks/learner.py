@@ -8,8 +8,11 @@ logprobs instead of the clipped surrogate, with no optimizer: what any learner m
 Also: the padding a padded batcher would add, and publishing a policy against writing its
 safetensors alone.
 
-    .venv/bin/python benchmarks/learner.py            # SmolLM2-135M, 64 conversations, 2 steps each
+    .venv/bin/python benchmarks/learner.py            # SmolLM2-135M, 64 conversations, 3 steps each
     .venv/bin/python benchmarks/learner.py --quick    # 12 conversations, 1 step
+
+It also times a step with every layer trained, with the preset's top 10 of 30 layers, and
+with LoRA rank 16 (what freezing and LoRA buy on these cores).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -25,6 +29,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import finish  # noqa: E402
+
+PRESET = Path(__file__).resolve().parent.parent / "configs" / "rl-smollm2.yaml"
 
 
 def conversations(model_dir: str, n: int, cfg) -> list:
@@ -55,23 +61,50 @@ def conversations(model_dir: str, n: int, cfg) -> list:
     return seqs
 
 
-def ceiling_step(model, batch, budget: int, temperature: float) -> int:
+def ceiling_step(model, batch, budget: int, temperature: float, autocast: bool) -> int:
     from pipelines.learn.forward import response_logprobs
     from pipelines.learn.packing import batch_weights, pack, plan_micro_batches
 
     weights = batch_weights(batch)
     for micro in plan_micro_batches([len(s) for s in batch], budget):
-        response_logprobs(model, pack(batch, micro, "token_mean", weights), temperature).sum().backward()
+        response_logprobs(model, pack(batch, micro, "token_mean", weights), temperature, autocast).sum().backward()
     model.zero_grad(set_to_none=True)
     return sum(len(s.response_ids) for s in batch)
 
 
-def timed(fn, steps: int) -> float:
-    fn()  # warm-up
-    start = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - start) / steps
+def interleaved(fns: dict, steps: int) -> dict[str, float]:
+    """Median seconds of each function, run in turn (a warm-up each, then `steps` rounds), so a
+    change of load on a shared machine hits every contender alike."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for round_ in range(steps + 1):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def write_keeping(model, root: Path, version: int, keep: int) -> None:
+    """The plain writer a push is compared with: save_pretrained into a new folder, and remove the
+    one `keep` versions back, as the publisher keeps its last `keep` (page-cache writeback then
+    costs both alike)."""
+    import shutil
+
+    model.save_pretrained(root / f"plain{version}")
+    shutil.rmtree(root / f"plain{version - keep}", ignore_errors=True)
+
+
+def trained_variants(model_dir: str, cfg, batch, steps: int) -> dict[str, float]:
+    """Seconds per optimizer step on the same batch: every layer trained, the preset's top 10
+    of 30 (freeze_layers=20), LoRA rank 16 on every linear layer of every layer."""
+    from pipelines.learn.config import LoraConfig
+    from pipelines.learn.policy import Policy
+
+    variants = {"full": {"freeze_layers": 0}, "freeze20": {"freeze_layers": 20},
+                "lora16": {"freeze_layers": 0, "lora": LoraConfig(rank=16)}}
+    policies = {k: Policy(model_dir, cfg.learn.model_copy(update=v)) for k, v in variants.items()}
+    return interleaved({k: (lambda p=p: p.step(batch)) for k, p in policies.items()}, steps)
 
 
 def main() -> None:
@@ -87,30 +120,42 @@ def main() -> None:
     from pipelines.learn.weights import FolderPublisher
     from pipelines.models import config_model_dir
 
-    cfg = load_config(None, ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32",
-                             "learn.token_budget=4096", "learn.freeze_layers=10", *args.overrides])
+    # The learner as the SmolLM2 RL preset trains it (top 10 layers, 1024-token micro-batches, bf16
+    # autocast; agent budgets of the learning benchmark), with every core.
+    cfg = load_config(str(PRESET), [*args.overrides])
     torch.set_num_threads(os.cpu_count() or 1)
     model_dir = str(config_model_dir(cfg))
-    n, steps = (12, 1) if args.quick else (64, 2)
+    n, steps = (12, 1) if args.quick else (64, 3)
     batch = conversations(model_dir, n, cfg)
     tokens = sum(len(s.response_ids) for s in batch)
     lengths = [len(s) for s in batch]
     policy = Policy(model_dir, cfg.learn, temperature=1.0)
-    t_ours = timed(lambda: policy.step(batch), steps)
-    t_ceiling = timed(lambda: ceiling_step(policy.model, batch, cfg.learn.token_budget, 1.0), steps)
-    padded = padding_fraction(lengths, plan_padded_batches(lengths, cfg.learn.token_budget), padded=True)
+    budget, autocast = cfg.learn.token_budget, cfg.learn.autocast
+    t = interleaved({"ours": lambda: policy.step(batch),
+                     "ceiling": lambda: ceiling_step(policy.model, batch, budget, 1.0, autocast)}, steps)
+    padded = padding_fraction(lengths, plan_padded_batches(lengths, budget), padded=True)
     with tempfile.TemporaryDirectory() as d:
         pub = FolderPublisher(d, model_dir, keep=2)
-        t_push = timed(lambda: pub.publish(policy.model, int(time.time() * 1000) % 10**9), 2)
-        t_write = timed(lambda: policy.model.save_pretrained(Path(d) / "plain", safe_serialization=True), 2)
+        versions, plain = iter(range(1, 100)), iter(range(1, 100))
+        w = interleaved({"push": lambda: pub.publish(policy.model, next(versions)),
+                         "write": lambda: write_keeping(policy.model, Path(d), next(plain), 2)}, 6)
+    del policy
+    small = batch[: max(4, n // 4)]
+    v = trained_variants(model_dir, cfg, small, 1 if args.quick else 2)
     print(f"batch: {len(batch)} conversations, {sum(lengths)} tokens ({tokens} response tokens), "
-          f"{len(plan_micro_batches(lengths, cfg.learn.token_budget))} micro-batches", file=sys.stderr)
-    print(f"ours {tokens / t_ours:.1f} response tokens/s ({t_ours:.2f} s/step), ceiling {tokens / t_ceiling:.1f} "
-          f"({t_ceiling:.2f} s); padded batching would compute {padded:.1%} padding", file=sys.stderr)
-    print(f"push {t_push:.2f} s vs writing safetensors {t_write:.2f} s", file=sys.stderr)
-    finish({"vs_ceiling": round(t_ceiling / t_ours, 3), "padding_fraction": 0.0,
-            "padded_batching_padding": round(padded, 3), "push_s": round(t_push, 3),
-            "push_over_write": round(t_push / t_write, 3), "tokens_per_s": round(tokens / t_ours, 1)})
+          f"{len(plan_micro_batches(lengths, budget))} micro-batches", file=sys.stderr)
+    print(f"ours {tokens / t['ours']:.1f} response tokens/s ({t['ours']:.2f} s/step), ceiling "
+          f"{tokens / t['ceiling']:.1f} ({t['ceiling']:.2f} s); padded batching would compute {padded:.1%} padding",
+          file=sys.stderr)
+    print(f"push {w['push']:.2f} s vs writing safetensors {w['write']:.2f} s", file=sys.stderr)
+    print(f"step on {len(small)} conversations: all layers {v['full']:.2f} s, top 10 of 30 {v['freeze20']:.2f} s "
+          f"({v['full'] / v['freeze20']:.2f}x faster), LoRA r16 {v['lora16']:.2f} s "
+          f"({v['full'] / v['lora16']:.2f}x)", file=sys.stderr)
+    finish({"vs_ceiling": round(t["ceiling"] / t["ours"], 3), "padding_fraction": 0.0,
+            "padded_batching_padding": round(padded, 3), "push_s": round(w["push"], 3),
+            "push_over_write": round(w["push"] / w["write"], 3), "tokens_per_s": round(tokens / t["ours"], 1),
+            "full_over_freeze20": round(v["full"] / v["freeze20"], 3),
+            "full_over_lora16": round(v["full"] / v["lora16"], 3)})
 
 
 if __name__ == "__main__":
