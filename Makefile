@@ -10,7 +10,7 @@ quickstart: setup
 	.venv/bin/memagent quickstart
 
 test: setup
-	.venv/bin/python -m pytest -q tests
+	.venv/bin/python -m pytest -q --durations=30 tests
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit

@@ -89,10 +89,36 @@ def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str]) -> di
     return run
 
 
+def fingerprint(model: str) -> str:
+    """Which weights a cell scored: the base model by its store name (the packaged GGUF never
+    changes), a trained one by the sha256 of its safetensors. Trained weights stay in the work
+    folder, not in git: a session that trains again gets other weights, and every cell of the
+    old ones is then scored again rather than mixed with the new."""
+    if model == "smollm2":
+        return model
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(Path(model).glob("*.safetensors")):
+        with f.open("rb") as fh:
+            while block := fh.read(1 << 24):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
 def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
-    """The ladder's cells (resumable); returns their folder."""
-    out = results / cells.name
+    """The ladder's cells (resumable), kept only if they scored these very weights; returns their folder."""
+    import shutil
+
+    out, fp = results / cells.name, fingerprint(model)
+    stamp = out / "model.json"
+    scored = json.loads(stamp.read_text())["fingerprint"] if stamp.exists() else ("smollm2" if out.exists() else None)
+    if scored not in (None, fp):
+        print(f"learning: {cells.name} scored other weights ({scored}); scoring {fp} again", file=sys.stderr)
+        shutil.rmtree(out)
     if not (out / "summary.json").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"model": model, "fingerprint": fp}))
         sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
             cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *AGENT, *EVAL])
     return out
