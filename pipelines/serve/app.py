@@ -56,6 +56,15 @@ def allowed(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(absolute_uri(p.removeprefix("file://")) for p in paths), tuple(prefixes)
 
 
+def with_allowed(cfg: Config, *uris: str) -> Config:
+    """The app (or data runner) a batch command starts may also touch the input and output its user named."""
+    paths, prefixes = allowed(cfg)
+    paths += tuple(u for u in uris if not is_s3(u))
+    prefixes += tuple(u for u in uris if is_s3(u))
+    serve = cfg.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
+    return cfg.model_copy(update={"serve": serve})
+
+
 def preflight(cfg: Config, model: str | None) -> None:
     """Bad model or store references fail here, in one line, not in restarting replicas."""
     config_model_dir(cfg, model or cfg.model.path)

@@ -72,23 +72,11 @@ def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> di
         return run_job(Client(server, token), input_uri, output_uri)
     from pipelines.serve import app
 
-    url = app.start(with_allowed(cfg, input_uri, output_uri), port=_free_port())
+    url = app.start(app.with_allowed(cfg, input_uri, output_uri), port=_free_port())
     try:
         return run_job(Client(url, token), input_uri, output_uri)
     finally:
         app.stop(cfg)
-
-
-def with_allowed(cfg: Config, *uris: str) -> Config:
-    """The app this command starts may also touch the input and output its user named."""
-    from pipelines.serve.app import allowed
-    from pipelines.storage import is_s3
-
-    paths, prefixes = allowed(cfg)
-    paths += tuple(u for u in uris if not is_s3(u))
-    prefixes += tuple(u for u in uris if is_s3(u))
-    serve = cfg.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
-    return cfg.model_copy(update={"serve": serve})
 
 
 def run_job(client: Client, input_uri: str, output_uri: str) -> dict:

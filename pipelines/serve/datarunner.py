@@ -67,7 +67,7 @@ class ShardAnswerer:
 
 def main(cfg: Config, input_uri: str, output_uri: str) -> dict:
     """Run the job, or resume it; its status as the app reports a job's (JobState.public)."""
-    from pipelines.serve.batch import with_allowed
+    from pipelines.serve.app import with_allowed
 
     input_uri, output_uri = absolute_uri(input_uri), absolute_uri(output_uri)
     input_files(input_uri)  # a missing or unreadable input fails before anything is written
