@@ -30,9 +30,10 @@ COMMON = ["rollout.workers=1", "rollout.worker_num_cpus=1", "learn.cpus_per_work
 # The SmolLM2 RL preset's workload (configs/rl-smollm2.yaml: 2 groups of 8 rollouts of 2-4 chunks,
 # bf16 autocast) from the base model, sized so that G and T are within 1.5x of each other: with
 # the preset's top 10 layers and 64-token memories the learner's core took ~3x the rollout's
-# (T ~100 s, G ~33 s), so memories get 128 tokens (more to generate) and the top 4 layers train.
+# (T ~100 s, G ~33 s); with 128-token memories and the top 4 layers, T/G was 1.58 pinned (T 76.8 s,
+# G 48.6 s); so memories get 192 tokens (more to generate) and the top 4 layers train.
 PRESET = "configs/rl-smollm2.yaml"
-FULL = ["learn.task_n=64", "model.path=smollm2", "agent.memory_budget=128", "learn.freeze_layers=26"]
+FULL = ["learn.task_n=64", "model.path=smollm2", "agent.memory_budget=192", "learn.freeze_layers=26"]
 QUICK = ["agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=8", "learn.task_lengths=256",
          "learn.task_n=32", "rollout.group_size=2", "rollout.batch_groups=2", "engine.kind=hf", "learn.lr=1e-3",
          "rollout.loops_per_worker=4", "learn.freeze_layers=0", "learn.autocast=false"]
