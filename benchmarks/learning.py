@@ -55,9 +55,10 @@ class Cells:
 
 
 def plan(n: int, n_other: int) -> list[Cells]:
-    return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "1K", n), Cells("sft", "memagent", "4K", n),
-            Cells("rl", "memagent", "4K", n), Cells("rl", "truncation", "4K", n), Cells("base", "memagent", "4K", n_other),
-            Cells("rl", "memagent", "1K", n_other), Cells("sft", "truncation", "4K", n_other)]
+    """The cells that carry a target first (a session that runs out of time lands those), the rest after."""
+    return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "4K", n), Cells("rl", "memagent", "4K", n),
+            Cells("rl", "truncation", "4K", n), Cells("sft", "memagent", "1K", n), Cells("rl", "memagent", "1K", n_other),
+            Cells("sft", "truncation", "4K", n_other), Cells("base", "memagent", "4K", n_other)]
 
 
 def sh(cmd: list[str]) -> str:
@@ -119,8 +120,11 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
     if not (out / "summary.json").exists():
         out.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps({"model": model, "fingerprint": fp}))
+        started = time.monotonic()
         sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
             cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *AGENT, *EVAL])
+        minutes = round((time.monotonic() - started) / 60, 2)  # the last invocation's (a resumed cell: its rest)
+        stamp.write_text(json.dumps({"model": model, "fingerprint": fp, "minutes": minutes}))
     return out
 
 
