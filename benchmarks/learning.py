@@ -55,7 +55,8 @@ class Cells:
 
 
 def plan(n: int, n_other: int) -> list[Cells]:
-    """The cells that carry a target first (a session that runs out of time lands those), the rest after."""
+    """Base at 1x (scored once: the packaged model), then the 4x cells that carry a target (a session that runs
+    out of time lands those), then the rest."""
     return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "4K", n), Cells("rl", "memagent", "4K", n),
             Cells("rl", "truncation", "4K", n), Cells("sft", "memagent", "1K", n), Cells("rl", "memagent", "1K", n_other),
             Cells("sft", "truncation", "4K", n_other), Cells("base", "memagent", "4K", n_other)]
@@ -119,12 +120,13 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
         shutil.rmtree(out)
     if not (out / "summary.json").exists():
         out.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps({"model": model, "fingerprint": fp}))
+        meta = {"model": model, "fingerprint": fp}
+        stamp.write_text(json.dumps(meta))
         started = time.monotonic()
         sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
             cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *AGENT, *EVAL])
         minutes = round((time.monotonic() - started) / 60, 2)  # the last invocation's (a resumed cell: its rest)
-        stamp.write_text(json.dumps({"model": model, "fingerprint": fp, "minutes": minutes}))
+        stamp.write_text(json.dumps({**meta, "minutes": minutes}))
     return out
 
 
