@@ -14,8 +14,14 @@ Training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x 
 cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation at
 4x) have n = --n (200); the others n = --n-other (64). Rows are the ladder's held-out split, the
 same questions for every model, so RL - SFT is a paired difference.
+
+Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
+change to the preset (ABLATIONS), scored at 4x with n = --n and paired against RL's cells on the
+same rows. Cells already in the results folder stand for a model this session did not train
+(each cell's model.json names the weights it scored).
 The last line is one JSON object: {"base", "sft", "rl": {task: {length: sub_em}}, "ci95": {task:
-{length: {method: [mean, lo, hi]}}}, "paired": {task: {length: [mean, lo, hi, n]}}, "train_minutes"}.
+{length: {method: [mean, lo, hi]}}}, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}},
+"ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "train_minutes"}.
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ from pipelines.eval.stats import paired_diff  # noqa: E402
 
 AGENT = ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"]
 PRESET = {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"}  # each choice explained there
+# One change each to the RL preset, measured against its absence (RL as configured).
+ABLATIONS = {
+    # 16 rows of each task at 2 chunks, then 3, then 4, then all lengths mixed: the first ~96 rows
+    # (RL's 40 steps take ~115 groups, all-correct groups dropped) grow from 2 to 4 chunks.
+    "curriculum": ["learn.curriculum=16"],
+    "rollout_mean": ["learn.loss_agg=rollout_mean"],  # every rollout weighs the same, however many turns
+}
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",
         "eval.concurrency=32", "track.enabled=false"]
 
@@ -56,10 +69,11 @@ class Cells:
 
 def plan(n: int, n_other: int) -> list[Cells]:
     """Base at 1x (scored once: the packaged model), then the 4x cells that carry a target (a session that runs
-    out of time lands those), then the rest."""
+    out of time lands those), then the rest, then each ablation at 4x."""
     return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "4K", n), Cells("rl", "memagent", "4K", n),
             Cells("rl", "truncation", "4K", n), Cells("sft", "memagent", "1K", n), Cells("rl", "memagent", "1K", n_other),
-            Cells("sft", "truncation", "4K", n_other), Cells("base", "memagent", "4K", n_other)]
+            Cells("sft", "truncation", "4K", n_other), Cells("base", "memagent", "4K", n_other),
+            *(Cells(f"rl-{a}", "memagent", "4K", n) for a in ABLATIONS)]
 
 
 def sh(cmd: list[str]) -> str:
@@ -70,9 +84,10 @@ def sh(cmd: list[str]) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str]) -> dict:
-    """Run (or resume) one training stage; returns its JSON line (model, steps, minutes)."""
-    out = work / kind
+def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str], name: str | None = None) -> dict:
+    """Run (or resume) one training stage of PRESET[kind] into WORK/NAME (default KIND); returns its
+    JSON line (model, steps, minutes)."""
+    out = work / (name or kind)
     done = out / "done.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -147,23 +162,32 @@ def summarize(done: dict[Cells, Path], tasks: list[str]) -> dict:
             s = table[task][cells.length][cells.method]
             ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = [
                 round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1), round(100 * s["sub_em_hi"], 1), s["n"]]
-    paired: dict = {}
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
-    for task in tasks:
-        for length in ("1K", "4K"):
-            if ("sft", "memagent", length) in by and ("rl", "memagent", length) in by:
-                m, lo, hi, n = paired_diff(scores(by["sft", "memagent", length], task, length, "memagent"),
-                                           scores(by["rl", "memagent", length], task, length, "memagent"))
-                paired.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
+    paired = pairs(by, tasks, "sft", "rl", ("1K", "4K"))
+    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", ("4K",)))}
     means = {model: {t: {ln: v[model][0] for ln, v in ci95.get(t, {}).items() if model in v} for t in tasks}
              for model in ("base", "sft", "rl")}
-    return {**means, "ci95": ci95, "paired_rl_minus_sft": paired}
+    scored = {c.name: json.loads((f / "model.json").read_text())["fingerprint"] for c, f in done.items()
+              if (f / "model.json").exists()}
+    return {**means, "ci95": ci95, "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
+
+
+def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
+    """after - before, paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}} (points)."""
+    out: dict = {}
+    for task in tasks:
+        for length in lengths:
+            if (before, "memagent", length) in by and (after, "memagent", length) in by:
+                m, lo, hi, n = paired_diff(scores(by[before, "memagent", length], task, length, "memagent"),
+                                           scores(by[after, "memagent", length], task, length, "memagent"))
+                out.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--stages", default="sft,rl,eval")
+    p.add_argument("--stages", default="sft,rl,eval", help=f"sft, rl, eval and the ablations: {', '.join(ABLATIONS)}")
     p.add_argument("--tasks", default="niah_single,niah_multikey")
     p.add_argument("--n", type=int, help="rows of the cells that carry a target (default 200)")
     p.add_argument("--n-other", type=int, help="rows of the other cells (default 64)")
@@ -185,9 +209,15 @@ def main() -> None:
     if "rl" in stages or (work / "rl" / "done.json").exists():
         runs["rl"] = train("rl", work, args.tasks, rl_steps, [f"model.path={models['sft']}"])
         models["rl"] = runs["rl"]["model"]
-    done = {}
+    for a, change in ABLATIONS.items():
+        if a in stages or (work / f"rl-{a}" / "done.json").exists():
+            runs[f"rl-{a}"] = train("rl", work, args.tasks, rl_steps, [f"model.path={models['sft']}", *change], f"rl-{a}")
+            models[f"rl-{a}"] = runs[f"rl-{a}"]["model"]
     if "eval" in stages:
-        done = {c: evaluate(c, models[c.model], results, args.tasks) for c in plan(n, n_other) if c.model in models}
+        for c in plan(n, n_other):
+            if c.model in models:
+                evaluate(c, models[c.model], results, args.tasks)
+    done = {c: results / c.name for c in plan(n, n_other) if (results / c.name / "summary.json").exists()}
     summary = {**summarize(done, args.tasks.split(",")), "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)

@@ -93,9 +93,10 @@ class LearnConfig(Strict):
     task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)
     task_lengths: str | int = "1K"  # document lengths, e.g. "512,768,1024" (K = 1024 tokens)
     task_n: int = Field(256, gt=0)  # rows per length
-    # Length curriculum: the train split's rows ordered shortest first (RL starts at 1-2 chunks
-    # and grows), instead of the lengths interleaved.
-    curriculum: bool = False
+    # Length curriculum: with N > 0 the train split opens with N rows of each task (interleaved)
+    # at the shortest length, then N at the next, and so on, before the rest with lengths
+    # interleaved: RL starts at the fewest chunks and grows. 0: lengths interleaved throughout.
+    curriculum: int = Field(0, ge=0)
     # The registered model's name in the MLflow registry (a new version per run).
     registry_name: str = "memagent"
     continuous: ContinuousConfig = ContinuousConfig()

@@ -50,7 +50,7 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     """A split of learn.task (one task or a comma list) at learn.task_lengths (documents inline) as
     task rows in OUT: the train split (learn.task_n rows per length and task), or the held-out eval
     split (learn.eval_n; the builders keep train and eval questions and keys apart). Lengths and
-    tasks interleave; with learn.curriculum the shortest length's rows (tasks interleaved) come first."""
+    tasks interleave; learn.curriculum = N stages the opening rows by length (curriculum_order)."""
     from transformers import AutoTokenizer
 
     from pipelines.ingest.builders.build import BuildRequest, inline_rows
@@ -68,12 +68,19 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     streams = [inline_rows(BuildRequest(task=task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
                                         split=split), t, count)
                for t in sorted(parse_lengths(str(lc.task_lengths))) for task in tasks]
-    if lc.curriculum and split == "train":  # streams follow sorted lengths: the shortest rows first
-        ordered = interleave(streams[i:i + len(tasks)] for i in range(0, len(streams), len(tasks)))
-    else:
-        ordered = interleave([streams])
+    by_length = [streams[i:i + len(tasks)] for i in range(0, len(streams), len(tasks))]  # sorted lengths
+    ordered = curriculum_order(by_length, lc.curriculum) if split == "train" else interleave([streams])
     write_task_rows(ordered, uri)
     return uri
+
+
+def curriculum_order(by_length: list[list], stage_rows: int):
+    """Rows of streams grouped by length (shortest first, one stream per task): stage_rows rows of
+    each task at each length in turn (tasks interleaved), then every remaining row with lengths
+    interleaved; stage_rows = 0 interleaves them all from the start."""
+    by_length = [[iter(s) for s in streams] for streams in by_length]
+    stages = [[itertools.islice(s, stage_rows) for s in streams] for streams in by_length] if stage_rows else []
+    return itertools.chain(interleave(stages), interleave([[s for streams in by_length for s in streams]]))
 
 
 def interleave(stream_sets) -> "itertools.chain":
