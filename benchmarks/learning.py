@@ -44,8 +44,9 @@ AGENT = ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=3
 PRESET = {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"}  # each choice explained there
 # One change each to the RL preset, measured against its absence (RL as configured).
 ABLATIONS = {
-    # 16 rows of each task at 2 chunks, then 3, then 4, then all lengths mixed: the first ~96 rows
-    # (RL's 40 steps take ~115 groups, all-correct groups dropped) grow from 2 to 4 chunks.
+    # 16 rows of each task at 2 chunks, then 3, then 4, then all lengths mixed. RL's 40 steps took
+    # 160 rows on 2026-12-02 (80 trained, 80 dropped with all-equal rewards): steps 1-10 read 2
+    # chunks, 11-19 three, 20-29 four, the last ten the lengths mixed as without a curriculum.
     "curriculum": ["learn.curriculum=16"],
     "rollout_mean": ["learn.loss_agg=rollout_mean"],  # every rollout weighs the same, however many turns
 }
