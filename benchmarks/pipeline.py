@@ -6,7 +6,11 @@ staleness 0: a batch is generated only once the policy that will train on it is 
 (generate, train, push, repeat). Ours is staleness 1: rollout continues while the learner
 trains. With G and T the generation and training seconds of one step, measured alone in the
 synchronous run (the learner's wait for a batch, and its step plus push), overlap can give at
-most (G+T)/max(G,T).
+most (G+T)/max(G,T). That bound assumes the two cores do not slow each other down; the run also
+measures how much they do (a load on core 1 alone, then with a copy of it busy on core 0: a
+cache-held matmul, which reads below 1 on cores that share a physical core, and 64 MiB copies,
+below 1 when they share memory bandwidth) and the learner's step in the overlapped run against
+its step alone (T overlapped / T alone).
 
     .venv/bin/python benchmarks/pipeline.py            # SmolLM2-135M on vLLM, needle rows of 2-4 chunks
     .venv/bin/python benchmarks/pipeline.py --quick    # a tiny random model on the transformers engine
@@ -59,6 +63,52 @@ def run(preset: str | None, overrides: list[str], steps: int, staleness: int) ->
     return rows
 
 
+def step_t(rows: list[dict], skip: int) -> float:
+    """Median seconds of the learner's step plus its weight push, after the first `skip`."""
+    return statistics.median(r["train/step_s"] + r.get("train/weight_push_s", 0.0) for r in rows[skip:])
+
+
+def _load(kind: str, core: int, seconds: float, out) -> None:
+    """Count rounds of one load on one core: `compute` (a float32 matmul held in a core's cache)
+    or `memory` (copies of 64 MiB, bound by the memory bandwidth the cores share)."""
+    import time
+
+    import torch
+
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    a = torch.randn(384, 384) if kind == "compute" else torch.randn(16 << 20)
+    b = torch.empty_like(a)
+    n, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        if kind == "compute":
+            a = torch.tanh(a @ a)
+        else:
+            b.copy_(a)
+        n += 1
+    out.put(n)
+
+
+def core_interference(kind: str, seconds: float = 8.0) -> float:
+    """Rounds of a load on core 1 with core 0 busy doing the same, over core 1 alone."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+
+    def rounds(cores: list[int]) -> int:
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_load, args=(kind, c, seconds, q)) for c in cores]
+        for proc in procs:
+            proc.start()
+        counts = [q.get() for _ in procs]
+        for proc in procs:
+            proc.join()
+        return min(counts)
+
+    alone = rounds([1])
+    return rounds([1, 0]) / alone
+
+
 def per_step(rows: list[dict], skip: int) -> float:
     """Median seconds between consecutive steps, after the first `skip` (start-up, warm-up)."""
     times = [r["time"] for r in rows][skip:]
@@ -77,20 +127,25 @@ def main_() -> None:
     steps = args.steps or 6
     skip = 2
     preset = None if args.quick else PRESET
+    shared = {k: core_interference(k) if (os.cpu_count() or 1) > 1 else 1.0 for k in ("compute", "memory")}
     sync = run(preset, overrides, steps, 0)
     ours = run(preset, overrides, steps, 1)
     g = statistics.median(r["rollout/wait_s"] for r in sync[skip:])
-    t = statistics.median(r["train/step_s"] + r.get("train/weight_push_s", 0.0) for r in sync[skip:])
+    t, t_ours = step_t(sync, skip), step_t(ours, skip)
     ideal = (g + t) / max(g, t)
     s_sync, s_ours = per_step(sync, skip), per_step(ours, skip)
     speedup = s_sync / s_ours
     stale = statistics.mean(r["rollout/staleness"] for r in ours[skip:])
     print(f"G {g:.1f} s, T {t:.1f} s per step (measured alone, synchronous run); ideal {ideal:.2f}x", file=sys.stderr)
+    print(f"cores: with core 0 busy, core 1 computes at {shared['compute']:.2f} and copies memory at "
+          f"{shared['memory']:.2f} of its rate alone; the learner's step overlapped {t_ours:.1f} s = "
+          f"{t_ours / t:.2f}x its step alone", file=sys.stderr)
     print(f"synchronous {s_sync:.1f} s/step ({3600 / s_sync:.0f} steps/h), ours {s_ours:.1f} s/step "
           f"({3600 / s_ours:.0f} steps/h): {speedup:.2f}x = {speedup / ideal:.2f} of ideal; staleness {stale:.2f}",
           file=sys.stderr)
     finish({"async_over_sync": round(speedup, 3), "ideal": round(ideal, 3), "of_ideal": round(speedup / ideal, 3),
-            "staleness_mean": round(stale, 3), "G_s": round(g, 2), "T_s": round(t, 2)})
+            "staleness_mean": round(stale, 3), "G_s": round(g, 2), "T_s": round(t, 2),
+            "T_overlapped_s": round(t_ours, 2), "core_shared_rate": {k: round(v, 3) for k, v in shared.items()}})
 
 
 def tiny_model() -> str:
