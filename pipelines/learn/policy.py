@@ -56,6 +56,25 @@ def make_trainable(model: nn.Module, cfg: LearnConfig) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def store_frozen_bf16(layers) -> None:
+    """The frozen layers' matmul weights held in bfloat16 where that loses nothing (weights that
+    came from a bfloat16 package and never trained, as SmolLM2's lower layers). Autocast keeps a
+    cast only of weights that require grad, so it would re-cast every frozen float32 weight at every
+    forward: ~7% of a step here, and bytes through the memory bus the rollout engine on the other
+    core shares (benchmarks/pipeline.py). Autocast rounds them to bfloat16 for each matmul anyway:
+    the forward is unchanged, and `Policy.weights()` gives them back in float32, the same values."""
+    for layer in layers:
+        for m in layer.modules():
+            if isinstance(m, nn.Linear) and torch.equal(m.weight.to(torch.bfloat16).to(m.weight.dtype), m.weight):
+                m.to(torch.bfloat16)
+
+
+def plain_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The model's weights (LoRA merged) all in `dtype`: frozen layers held in bfloat16 come back
+    as the values they were loaded with."""
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in merged_state_dict(model).items()}
+
+
 def make_optimizer(params: list[nn.Parameter], cfg: LearnConfig):
     """AdamW with linear warm-up to a constant learning rate."""
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -101,6 +120,8 @@ class Policy:
             self._scale = sharding.loss_scale(fsdp)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         else:
+            if cfg.autocast and cfg.freeze_layers and cfg.lora is None:
+                store_frozen_bf16(self.model.model.layers[:cfg.freeze_layers])
             self.model.to(self.device)  # in place: self.params stay the model's parameters
         self.opt, self.sched = make_optimizer(self.params, cfg)
         self.ref = load_model(model_dir, cfg.dtype).eval() if cfg.kl_coef > 0 else None
@@ -184,7 +205,7 @@ class Policy:
         """The full model's weights under the base model's names (LoRA merged), for an HF folder.
         Sharded, this is collective (every rank calls it) and only rank 0 gets them ({} elsewhere)."""
         if not self.sharded:
-            return merged_state_dict(self.model)
+            return plain_weights(self.model, getattr(torch, self.cfg.dtype))
         full, _ = sharding.full_state(self.model)
         if full and getattr(self.model.config, "tie_word_embeddings", False):
             full.pop("lm_head.weight", None)  # gathered as its own copy; an HF folder stores it once, tied

@@ -5,7 +5,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from pipelines.learn.config import LearnConfig, LoraConfig
 from pipelines.learn.lora import merged_state_dict
-from pipelines.learn.policy import make_trainable
+from pipelines.learn.policy import make_trainable, plain_weights, store_frozen_bf16
 
 
 def tiny(seed: int = 0) -> LlamaForCausalLM:
@@ -39,3 +39,25 @@ def test_freezing_lower_layers_keeps_embeddings_and_them_fixed():
     make_trainable(model, LearnConfig(freeze_layers=1))
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all(n.startswith("model.layers.1.") or n.startswith("model.norm") for n in trainable)
+
+
+def test_frozen_layers_in_bf16_compute_what_autocast_did_and_save_the_same_values():
+    model = tiny().to(torch.bfloat16).float()  # as loaded from a bfloat16 package
+    model.model.layers[0].self_attn.o_proj.weight.data[0, 0] += 1e-4  # no longer bfloat16: stays float32
+    make_trainable(model, LearnConfig(freeze_layers=1))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = torch.randint(0, 128, (1, 12))
+
+    def hidden():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model.model(input_ids=ids, use_cache=False).last_hidden_state.float()
+
+    want = hidden()
+    store_frozen_bf16(model.model.layers[:1])
+    assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    assert model.model.layers[0].input_layernorm.weight.dtype == torch.float32
+    assert model.model.layers[0].self_attn.o_proj.weight.dtype == torch.float32
+    assert model.model.layers[1].mlp.up_proj.weight.dtype == torch.float32
+    assert torch.equal(want, hidden())
+    saved = plain_weights(model, torch.float32)
+    assert all(saved[k].dtype == torch.float32 and torch.equal(saved[k], v) for k, v in before.items())
