@@ -56,23 +56,32 @@ def make_trainable(model: nn.Module, cfg: LearnConfig) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def store_frozen_bf16(layers) -> None:
-    """The frozen layers' matmul weights held in bfloat16 where that loses nothing (weights that
-    came from a bfloat16 package and never trained, as SmolLM2's lower layers). Autocast keeps a
-    cast only of weights that require grad, so it would re-cast every frozen float32 weight at every
-    forward: ~7% of a step here, and bytes through the memory bus the rollout engine on the other
-    core shares (benchmarks/pipeline.py). Autocast rounds them to bfloat16 for each matmul anyway:
-    the forward is unchanged, and `Policy.weights()` gives them back in float32, the same values."""
-    for layer in layers:
-        for m in layer.modules():
-            if isinstance(m, nn.Linear) and torch.equal(m.weight.to(torch.bfloat16).to(m.weight.dtype), m.weight):
-                m.to(torch.bfloat16)
+def store_frozen_bf16(model: nn.Module, frozen_layers: int) -> dict[str, torch.Tensor]:
+    """The lowest `frozen_layers` decoder layers' matmul weights held in bfloat16 where that loses
+    nothing (weights that came from a bfloat16 package and never train, as SmolLM2's lower layers).
+    Autocast keeps a cast only of weights that require grad, so it would re-cast every frozen
+    float32 weight at every forward: ~7% of a step here, and bytes through the memory bus the
+    rollout engine on the other core shares (benchmarks/pipeline.py). Autocast rounds them to
+    bfloat16 for each matmul anyway, so the forward is unchanged. Returns the float32 originals by
+    state-dict name (the memory they held before): `plain_weights` publishes them as they were,
+    with no conversion at each push."""
+    originals: dict[str, torch.Tensor] = {}
+    prefixes = tuple(f"model.layers.{i}." for i in range(frozen_layers))
+    for name, m in model.named_modules():
+        if (isinstance(m, nn.Linear) and f"{name}.".startswith(prefixes)
+                and torch.equal(m.weight.to(torch.bfloat16).to(m.weight.dtype), m.weight)):
+            originals.update({f"{name}.{k}": v.detach() for k, v in m.named_parameters()})
+            m.to(torch.bfloat16)
+    return originals
 
 
-def plain_weights(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The model's weights (LoRA merged) all in `dtype`: frozen layers held in bfloat16 come back
-    as the values they were loaded with."""
-    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in merged_state_dict(model).items()}
+def plain_weights(model: nn.Module, dtype: torch.dtype,
+                  originals: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The model's weights (LoRA merged) all in `dtype`; `originals` (from `store_frozen_bf16`)
+    stand for the frozen weights held in bfloat16."""
+    originals = originals or {}
+    return {k: originals[k] if k in originals else v.to(dtype) if v.is_floating_point() else v
+            for k, v in merged_state_dict(model).items()}
 
 
 def make_optimizer(params: list[nn.Parameter], cfg: LearnConfig):
@@ -114,14 +123,14 @@ class Policy:
         self.device = torch.device(device)
         self.model = load_model(model_dir, cfg.dtype, cfg.grad_checkpoint)
         self.params = make_trainable(self.model, cfg)
-        self.sharded, self._scale = fsdp is not None, 1.0
+        self.sharded, self._scale, self._originals = fsdp is not None, 1.0, {}
         if self.sharded:
             sharding.shard(self.model, bf16=cfg.autocast, device=self.device)
             self._scale = sharding.loss_scale(fsdp)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         else:
             if cfg.autocast and cfg.freeze_layers and cfg.lora is None:
-                store_frozen_bf16(self.model.model.layers[:cfg.freeze_layers])
+                self._originals = store_frozen_bf16(self.model, cfg.freeze_layers)
             self.model.to(self.device)  # in place: self.params stay the model's parameters
         self.opt, self.sched = make_optimizer(self.params, cfg)
         self.ref = load_model(model_dir, cfg.dtype).eval() if cfg.kl_coef > 0 else None
@@ -205,7 +214,7 @@ class Policy:
         """The full model's weights under the base model's names (LoRA merged), for an HF folder.
         Sharded, this is collective (every rank calls it) and only rank 0 gets them ({} elsewhere)."""
         if not self.sharded:
-            return plain_weights(self.model, getattr(torch, self.cfg.dtype))
+            return plain_weights(self.model, getattr(torch, self.cfg.dtype), self._originals)
         full, _ = sharding.full_state(self.model)
         if full and getattr(self.model.config, "tie_word_embeddings", False):
             full.pop("lm_head.weight", None)  # gathered as its own copy; an HF folder stores it once, tied

@@ -53,11 +53,14 @@ def test_frozen_layers_in_bf16_compute_what_autocast_did_and_save_the_same_value
             return model.model(input_ids=ids, use_cache=False).last_hidden_state.float()
 
     want = hidden()
-    store_frozen_bf16(model.model.layers[:1])
+    originals = store_frozen_bf16(model, 1)
     assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
     assert model.model.layers[0].input_layernorm.weight.dtype == torch.float32
     assert model.model.layers[0].self_attn.o_proj.weight.dtype == torch.float32
     assert model.model.layers[1].mlp.up_proj.weight.dtype == torch.float32
     assert torch.equal(want, hidden())
-    saved = plain_weights(model, torch.float32)
+    assert set(originals) == {k for k in before if k.startswith("model.layers.0.")
+                              and "proj" in k and "o_proj" not in k}
+    saved = plain_weights(model, torch.float32, originals)
     assert all(saved[k].dtype == torch.float32 and torch.equal(saved[k], v) for k, v in before.items())
+    assert all(saved[k] is v for k, v in originals.items())  # published as they were: no conversion
