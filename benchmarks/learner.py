@@ -135,9 +135,9 @@ def main() -> None:
                      "ceiling": lambda: ceiling_step(policy.model, batch, budget, 1.0, autocast)}, steps)
     padded = padding_fraction(lengths, plan_padded_batches(lengths, budget), padded=True)
     with tempfile.TemporaryDirectory() as d:
-        pub = FolderPublisher(d, model_dir, keep=2)
+        pub = FolderPublisher(d, model_dir, keep=2, frozen=policy.frozen_names())  # as the trainer pushes
         versions, plain = iter(range(1, 100)), iter(range(1, 100))
-        w = interleaved({"push": lambda: pub.publish(policy.model, next(versions)),
+        w = interleaved({"push": lambda: pub.publish(policy.model, next(versions), weights=policy.weights()),
                          "write": lambda: write_keeping(policy.model, Path(d), next(plain), 2)}, 6)
     del policy
     small = batch[: max(4, n // 4)]

@@ -220,6 +220,13 @@ class Policy:
             full.pop("lm_head.weight", None)  # gathered as its own copy; an HF folder stores it once, tied
         return merge_lora(full, self.cfg.lora.alpha / self.cfg.lora.rank) if full and self.cfg.lora else full
 
+    def frozen_names(self) -> frozenset[str]:
+        """Names of the weights that never change in this run (frozen layers; LoRA-merged weights do
+        change): a push writes them once. Empty when sharded."""
+        if self.sharded or self.cfg.lora:
+            return frozenset()
+        return frozenset(n for n, p in self.model.named_parameters() if not p.requires_grad)
+
     def training_state(self) -> dict:
         """What a checkpoint holds: trainable weights, optimizer, scheduler (collective when
         sharded; empty dicts on ranks other than 0 then)."""

@@ -149,7 +149,8 @@ def out_of_time(run: RunSpec) -> bool:
 
 
 def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
-    publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions) if rank == 0 else None
+    publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions,
+                                policy.frozen_names()) if rank == 0 else None
     keep_from, last_batch = state.version, time.perf_counter()
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()

@@ -220,6 +220,36 @@ def test_pruning_keeps_the_last_versions_and_any_a_checkpoint_may_name(tmp_path,
     assert kept() == ["v4", "v5"]
 
 
+def test_frozen_weights_are_written_once_and_linked_into_later_versions(tmp_path, tiny_model_dir):
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+
+    from pipelines.learn.policy import load_model
+    from pipelines.learn.weights import FolderPublisher
+
+    model = load_model(str(tiny_model_dir), "float32")
+    for p in [*model.model.embed_tokens.parameters(), *model.model.layers[0].parameters()]:
+        p.requires_grad_(False)
+    frozen = frozenset(n for n, p in model.named_parameters() if not p.requires_grad)
+    pub = FolderPublisher(str(tmp_path), str(tiny_model_dir), keep=1, frozen=frozen)
+    pub.publish(model, 1)
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight.add_(1.0)  # a trained weight moves
+    pub.publish(model, 2)
+    v2 = tmp_path / "weights" / "v2"
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["v2"]  # v1 removed, its shard lives on
+    assert os.stat(v2 / "frozen.safetensors").st_nlink == 1 and not (v2 / "model.safetensors").exists()
+    assert set(load_file(v2 / "frozen.safetensors")) == frozen
+    inode = os.stat(v2 / "frozen.safetensors").st_ino
+    pub.publish(model, 3)
+    v3 = tmp_path / "weights" / "v3"
+    assert os.stat(v3 / "frozen.safetensors").st_ino == inode  # linked, not written again
+    loaded = load_model(str(v3), "float32").state_dict()  # transformers reads the two-shard folder
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+
+
 def test_pin_puts_every_thread_of_the_process_on_the_cores():
     import os
     import threading
