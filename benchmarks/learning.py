@@ -9,11 +9,14 @@ so the benchmark can be stopped and re-run across sessions.
     .venv/bin/python benchmarks/learning.py                      # niah_single + niah_multikey
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
+    .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
 
-Training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K. The
-cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation at
-4x) have n = --n (200); the others n = --n-other (64). Rows are the ladder's held-out split, the
-same questions for every model, so RL - SFT is a paired difference.
+Needles: training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K.
+The cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation
+at 4x) have n = --n (200); the others n = --n-other (64). HotpotQA (reported, not targeted):
+documents of 4 chunks of 512 tokens (the question's 10 paragraphs and fillers), 1x 2K, 4x 8K,
+n = 64 in every cell, its own presets, work and results subfolders. Rows are the ladder's
+held-out split, the same questions for every model, so RL - SFT is a paired difference.
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
 change to the preset (ABLATIONS), scored at 4x with n = --n and paired against RL's cells on the
@@ -40,8 +43,30 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import finish  # noqa: E402
 from pipelines.eval.stats import paired_diff  # noqa: E402
 
-AGENT = ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"]
-PRESET = {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"}  # each choice explained there
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One task family's recipe: presets (each choice explained there), the agent's sizes at
+    evaluation (the presets'), the 1x and 4x lengths, default n, and where its files go."""
+
+    tasks: str
+    presets: dict[str, str]
+    agent: list[str]
+    lengths: tuple[str, str]  # 1x (the training length), 4x
+    n: tuple[int, int]  # (cells that carry a target, the others)
+    steps: tuple[int, int]  # (SFT, RL)
+    folder: str  # under the work and results folders ("" : at their top)
+
+
+SUITES = {
+    "needles": Suite("niah_single,niah_multikey", {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"},
+                     ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"], ("1K", "4K"),
+                     (200, 64), (30, 40), ""),
+    "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
+                      ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=32"], ("2K", "8K"),
+                      (64, 64), (20, 40), "hotpotqa"),
+}
 # One change each to the RL preset, measured against its absence (RL as configured).
 ABLATIONS = {
     # 16 rows of each task at 2 chunks, then 3, then 4, then all lengths mixed. RL's 40 steps took
@@ -68,13 +93,14 @@ class Cells:
         return f"{self.model}/{self.method}-{self.length}-n{self.n}"
 
 
-def plan(n: int, n_other: int) -> list[Cells]:
+def plan(n: int, n_other: int, lengths: tuple[str, str]) -> list[Cells]:
     """Base at 1x (scored once: the packaged model), then the 4x cells that carry a target (a session that runs
     out of time lands those), then the rest, then each ablation at 4x."""
-    return [Cells("base", "memagent", "1K", n), Cells("sft", "memagent", "4K", n), Cells("rl", "memagent", "4K", n),
-            Cells("rl", "truncation", "4K", n), Cells("sft", "memagent", "1K", n), Cells("rl", "memagent", "1K", n_other),
-            Cells("sft", "truncation", "4K", n_other), Cells("base", "memagent", "4K", n_other),
-            *(Cells(f"rl-{a}", "memagent", "4K", n) for a in ABLATIONS)]
+    one, four = lengths
+    return [Cells("base", "memagent", one, n), Cells("sft", "memagent", four, n), Cells("rl", "memagent", four, n),
+            Cells("rl", "truncation", four, n), Cells("sft", "memagent", one, n), Cells("rl", "memagent", one, n_other),
+            Cells("sft", "truncation", four, n_other), Cells("base", "memagent", four, n_other),
+            *(Cells(f"rl-{a}", "memagent", four, n) for a in ABLATIONS)]
 
 
 def sh(cmd: list[str]) -> str:
@@ -85,9 +111,10 @@ def sh(cmd: list[str]) -> str:
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
-def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str], name: str | None = None) -> dict:
-    """Run (or resume) one training stage of PRESET[kind] into WORK/NAME (default KIND); returns its
-    JSON line (model, steps, minutes)."""
+def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: list[str],
+          name: str | None = None) -> dict:
+    """Run (or resume) one training stage of the suite's preset for KIND into WORK/NAME (default
+    KIND); returns its JSON line (model, steps, minutes)."""
     out = work / (name or kind)
     done = out / "done.json"
     if done.exists():
@@ -96,7 +123,7 @@ def train(kind: str, work: Path, tasks: str, steps: int, extra: list[str], name:
     flags = ["--sft"] if kind == "sft" else []
     started = time.monotonic()
     try:
-        line = sh([sys.executable, "-m", "pipelines.cli", "--config", PRESET[kind], "train", *flags, *resume,
+        line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *resume,
                    "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
     finally:  # every invocation's wall time counts, interrupted ones too
         with (out / "wall.jsonl").open("a") as f:
@@ -124,7 +151,7 @@ def fingerprint(model: str) -> str:
     return h.hexdigest()[:16]
 
 
-def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
+def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[str]) -> Path:
     """The ladder's cells (resumable), kept only if they scored these very weights; returns their folder."""
     import shutil
 
@@ -140,7 +167,7 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str) -> Path:
         stamp.write_text(json.dumps(meta))
         started = time.monotonic()
         sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
-            cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *AGENT, *EVAL])
+            cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL])
         minutes = round((time.monotonic() - started) / 60, 2)  # the last invocation's (a resumed cell: its rest)
         stamp.write_text(json.dumps({**meta, "minutes": minutes}))
     return out
@@ -154,7 +181,7 @@ def scores(folder: Path, task: str, length: str, method: str) -> dict[str, float
     return {r["sample_id"]: r["sub_em"] for r in rows}
 
 
-def summarize(done: dict[Cells, Path], tasks: list[str]) -> dict:
+def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str]) -> dict:
     ci95: dict = {}
     for cells, folder in done.items():
         table = json.loads((folder / "summary.json").read_text())["table"]
@@ -164,8 +191,8 @@ def summarize(done: dict[Cells, Path], tasks: list[str]) -> dict:
             ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = [
                 round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1), round(100 * s["sub_em_hi"], 1), s["n"]]
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
-    paired = pairs(by, tasks, "sft", "rl", ("1K", "4K"))
-    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", ("4K",)))}
+    paired = pairs(by, tasks, "sft", "rl", lengths)
+    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", lengths[1:]))}
     means = {model: {t: {ln: v[model][0] for ln, v in ci95.get(t, {}).items() if model in v} for t in tasks}
              for model in ("base", "sft", "rl")}
     scored = {c.name: json.loads((f / "model.json").read_text())["fingerprint"] for c, f in done.items()
@@ -189,37 +216,41 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--stages", default="sft,rl,eval", help=f"sft, rl, eval and the ablations: {', '.join(ABLATIONS)}")
-    p.add_argument("--tasks", default="niah_single,niah_multikey")
-    p.add_argument("--n", type=int, help="rows of the cells that carry a target (default 200)")
+    p.add_argument("--suite", choices=list(SUITES), default="needles")
+    p.add_argument("--tasks", help="default: the suite's")
+    p.add_argument("--n", type=int, help="rows of the cells that carry a target (default: the suite's, 200 for needles)")
     p.add_argument("--n-other", type=int, help="rows of the other cells (default 64)")
     p.add_argument("--sft-steps", type=int)
     p.add_argument("--rl-steps", type=int)
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
-    n, n_other = args.n or (16 if args.quick else 200), args.n_other or (16 if args.quick else 64)
-    sft_steps = args.sft_steps or (4 if args.quick else 30)
-    rl_steps = args.rl_steps or (2 if args.quick else 40)
-    work, results = Path(args.work), Path(args.results)
+    suite = SUITES[args.suite]
+    tasks = args.tasks or suite.tasks
+    n, n_other = args.n or (16 if args.quick else suite.n[0]), args.n_other or (16 if args.quick else suite.n[1])
+    sft_steps = args.sft_steps or (4 if args.quick else suite.steps[0])
+    rl_steps = args.rl_steps or (2 if args.quick else suite.steps[1])
+    work, results = Path(args.work) / suite.folder, Path(args.results) / suite.folder
     work.mkdir(parents=True, exist_ok=True)
     stages = set(args.stages.split(","))
     runs, models = {}, {"base": "smollm2"}
     if "sft" in stages or (work / "sft" / "done.json").exists():
-        runs["sft"] = train("sft", work, args.tasks, sft_steps, [])
+        runs["sft"] = train("sft", suite, work, tasks, sft_steps, [])
         models["sft"] = runs["sft"]["model"]
     if "rl" in stages or (work / "rl" / "done.json").exists():
-        runs["rl"] = train("rl", work, args.tasks, rl_steps, [f"model.path={models['sft']}"])
+        runs["rl"] = train("rl", suite, work, tasks, rl_steps, [f"model.path={models['sft']}"])
         models["rl"] = runs["rl"]["model"]
     for a, change in ABLATIONS.items():
         if a in stages or (work / f"rl-{a}" / "done.json").exists():
-            runs[f"rl-{a}"] = train("rl", work, args.tasks, rl_steps, [f"model.path={models['sft']}", *change], f"rl-{a}")
+            runs[f"rl-{a}"] = train("rl", suite, work, tasks, rl_steps, [f"model.path={models['sft']}", *change],
+                                  f"rl-{a}")
             models[f"rl-{a}"] = runs[f"rl-{a}"]["model"]
     if "eval" in stages:
-        for c in plan(n, n_other):
+        for c in plan(n, n_other, suite.lengths):
             if c.model in models:
-                evaluate(c, models[c.model], results, args.tasks)
-    done = {c: results / c.name for c in plan(n, n_other) if (results / c.name / "summary.json").exists()}
-    summary = {**summarize(done, args.tasks.split(",")), "models": models,
+                evaluate(c, models[c.model], results, tasks, suite.agent)
+    done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
+    summary = {**summarize(done, tasks.split(","), suite.lengths), "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
