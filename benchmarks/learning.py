@@ -64,7 +64,7 @@ SUITES = {
                      ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"], ("1K", "4K"),
                      (200, 64), (30, 40), ""),
     "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
-                      ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=32"], ("2K", "8K"),
+                      ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
                       (64, 64), (20, 40), "hotpotqa"),
 }
 # One change each to the RL preset, measured against its absence (RL as configured).
