@@ -44,7 +44,6 @@ from benchmarks.common import finish  # noqa: E402
 from pipelines.eval.stats import paired_diff  # noqa: E402
 
 
-
 @dataclass(frozen=True)
 class Suite:
     """One task family's recipe: presets (each choice explained there), the agent's sizes at

@@ -94,11 +94,12 @@ class FolderPublisher:
                 save_split_folder(model, self.base_dir, dest, weights, self.frozen, self._frozen_file)
             else:
                 save_hf_folder(model, self.base_dir, dest, weights)
+        where = located(uri)
         if self.frozen and not is_s3(uri):
-            self._frozen_file = Path(located(uri)) / SHARDS[0]  # the folder now in place holds it
+            self._frozen_file = Path(where) / SHARDS[0]  # the folder now in place holds it
         self.last_write_s = time.perf_counter() - start
         self.prune(version, keep_from)
-        return located(uri)
+        return where
 
     def prune(self, version: int, keep_from: int | None = None) -> None:
         keep_from = version if keep_from is None else keep_from
