@@ -2,12 +2,16 @@
 
 Two costs shape this: the LM head over a 49K vocabulary is a large share of a step, so it
 runs only on the R rows that predict response tokens, never on all T positions; and
-packed sequences must not see each other. transformers (masking_utils,
-`find_packed_sequence_indices`) builds the block-diagonal causal mask from position ids
-that restart at 0, but only when attention_mask is None and there is no KV cache, and
-LlamaModel creates a cache whenever use_cache is on (config.use_cache is True by default):
-so the body is called with use_cache=False. Flash-attention builds use the same position ids
-for their varlen kernels, so no T x T mask of our own is needed on any attention backend.
+packed sequences must not see each other, which attention can pay for twice. The learner's
+models run `packed_attention` (load_model sets it): one causal SDPA call per sequence of the
+micro-batch, so the T x T block-diagonal mask is never built nor read and the blocks between
+sequences are never computed. transformers' own SDPA path builds that mask from position ids
+that restart at 0 (masking_utils, `find_packed_sequence_indices`) and runs the flash kernel
+over all of T x T under it: with 3-5 conversations a micro-batch, attention was ~40% of a
+learner step on CPU, against ~10% for causal blocks per sequence (benchmarks/learner.py).
+Any other attention implementation still gets that mask (checked below), and the body is
+called with use_cache=False (LlamaModel makes a cache whenever use_cache is on, and packing
+is detected only without one).
 
 `autocast` runs the body's matmuls in bfloat16 over float32 weights (mixed precision: the
 optimizer still updates float32 masters, so small RL updates are not rounded away). On CPUs
@@ -19,9 +23,45 @@ ratio deviations the clip bounds act on.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from transformers import AttentionInterface
 
 from pipelines.learn.packing import Packed
+
+PACKED_ATTENTION = "memagent_packed"
+
+
+def packed_attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling=None,
+                     dropout: float = 0.0, cu_seq_lens_q: Tensor | None = None, **kwargs) -> tuple[Tensor, None]:
+    """transformers' attention interface: causal attention within each packed sequence.
+    query [1, H, T, D], key/value [1, KV, T, D] (grouped heads); cu_seq_lens_q [S+1] holds the
+    sequences' start offsets and T (none: one sequence). Returns [1, T, H, D]."""
+    bounds = cu_seq_lens_q.tolist() if cu_seq_lens_q is not None else [0, query.shape[2]]
+    parts = [F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+                                            dropout_p=dropout, scale=scaling, enable_gqa=True)
+             for a, b in zip(bounds, bounds[1:])]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+
+
+def sequence_bounds(position_ids: Tensor) -> Tensor:
+    """[S+1] start offsets of the packed sequences (position ids restart at 0) and T, on the CPU."""
+    pos = position_ids[0].cpu()
+    starts = (pos == 0).nonzero().flatten()
+    return torch.cat([starts, torch.tensor([pos.numel()])])
+
+
+def packed_kwargs(model, position_ids: Tensor) -> dict:
+    """What the body needs to keep packed sequences apart: their bounds for `packed_attention`, or,
+    on any other attention implementation, a check that transformers builds the mask itself."""
+    if getattr(model.config, "_attn_implementation", None) == PACKED_ATTENTION:
+        return {"cu_seq_lens_q": sequence_bounds(position_ids)}
+    _check_packing_detected(position_ids)
+    return {}
 
 
 def _check_packing_detected(position_ids: Tensor) -> None:
@@ -42,10 +82,10 @@ def response_logprobs(model, packed: Packed, temperature: float = 1.0, autocast:
     (greedy) is treated as 1.0. Returns FloatTensor[R] (float32), differentiable."""
     device = model.lm_head.weight.device
     position_ids = packed.position_ids.to(device)
-    _check_packing_detected(position_ids)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         out = model.model(input_ids=packed.input_ids.to(device), position_ids=position_ids,
-                          attention_mask=None, past_key_values=None, use_cache=False)
+                          attention_mask=None, past_key_values=None, use_cache=False,
+                          **packed_kwargs(model, packed.position_ids))
     hidden = out.last_hidden_state[0].index_select(0, packed.target_positions.to(device))  # [R, H]
     logits = model.lm_head(hidden.to(model.lm_head.weight.dtype)).float()
     if temperature > 0 and temperature != 1.0:

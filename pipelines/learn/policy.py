@@ -21,7 +21,7 @@ from torch import nn
 from pipelines.errors import UserError
 from pipelines.learn.config import LearnConfig
 from pipelines.learn import sharding
-from pipelines.learn.forward import response_logprobs
+from pipelines.learn.forward import PACKED_ATTENTION, response_logprobs
 from pipelines.learn.lora import add_lora, merged_state_dict, merge_lora
 from pipelines.learn.loss import multi_conv_dapo_loss, sft_loss
 from pipelines.learn.packing import TrainSeq, batch_weights, pack, plan_micro_batches
@@ -31,7 +31,8 @@ def load_model(model_dir: str, dtype: str, grad_checkpoint: bool = False) -> nn.
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                     attn_implementation=PACKED_ATTENTION)
     except (OSError, ValueError) as e:
         raise UserError(f"model '{model_dir}': not a causal LM folder ({str(e).splitlines()[0][:160]})") from None
     model.config.use_cache = False

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from pipelines.learn.forward import packed_kwargs
 from pipelines.learn.packing import Packed
 
 
@@ -58,7 +59,8 @@ def response_logprobs(model, packed: Packed, temperature: float = 1.0) -> Tensor
     """As forward.response_logprobs, through the sharded root module. FloatTensor[R]."""
     device = packed.input_ids.device
     out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None,
-                past_key_values=None, use_cache=False, logits_to_keep=packed.target_positions.to(device))
+                past_key_values=None, use_cache=False, logits_to_keep=packed.target_positions.to(device),
+                **packed_kwargs(model, packed.position_ids))
     logits = out.logits[0].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
