@@ -12,7 +12,9 @@ safetensors alone.
     .venv/bin/python benchmarks/learner.py --quick    # 12 conversations, 1 step
 
 It also times a step with every layer trained, with the preset's top 10 of 30 layers, and
-with LoRA rank 16 (what freezing and LoRA buy on these cores).
+with LoRA rank 16 (what freezing and LoRA buy on these cores), and our step with transformers'
+own packed attention (a block-diagonal mask over the whole micro-batch) against ours (one causal
+call per sequence: pipelines.learn.forward).
 """
 
 from __future__ import annotations
@@ -130,9 +132,12 @@ def main() -> None:
     tokens = sum(len(s.response_ids) for s in batch)
     lengths = [len(s) for s in batch]
     policy = Policy(model_dir, cfg.learn, temperature=1.0)
+    masked = Policy(model_dir, cfg.learn, temperature=1.0)
+    masked.model.config._attn_implementation = "sdpa"
     budget, autocast = cfg.learn.token_budget, cfg.learn.autocast
-    t = interleaved({"ours": lambda: policy.step(batch),
+    t = interleaved({"ours": lambda: policy.step(batch), "masked": lambda: masked.step(batch),
                      "ceiling": lambda: ceiling_step(policy.model, batch, budget, 1.0, autocast)}, steps)
+    del masked
     padded = padding_fraction(lengths, plan_padded_batches(lengths, budget), padded=True)
     with tempfile.TemporaryDirectory() as d:
         pub = FolderPublisher(d, model_dir, keep=2, frozen=policy.frozen_names())  # as the trainer pushes
@@ -147,6 +152,8 @@ def main() -> None:
     print(f"ours {tokens / t['ours']:.1f} response tokens/s ({t['ours']:.2f} s/step), ceiling "
           f"{tokens / t['ceiling']:.1f} ({t['ceiling']:.2f} s); padded batching would compute {padded:.1%} padding",
           file=sys.stderr)
+    print(f"with a block-diagonal mask instead of a call per sequence: {t['masked']:.2f} s/step "
+          f"({t['masked'] / t['ours']:.2f}x ours)", file=sys.stderr)
     print(f"push {w['push']:.2f} s vs writing safetensors {w['write']:.2f} s", file=sys.stderr)
     print(f"step on {len(small)} conversations: all layers {v['full']:.2f} s, top 10 of 30 {v['freeze20']:.2f} s "
           f"({v['full'] / v['freeze20']:.2f}x faster), LoRA r16 {v['lora16']:.2f} s "
@@ -155,7 +162,7 @@ def main() -> None:
             "padded_batching_padding": round(padded, 3), "push_s": round(w["push"], 3),
             "push_over_write": round(w["push"] / w["write"], 3), "tokens_per_s": round(tokens / t["ours"], 1),
             "full_over_freeze20": round(v["full"] / v["freeze20"], 3),
-            "full_over_lora16": round(v["full"] / v["lora16"], 3)})
+            "full_over_lora16": round(v["full"] / v["lora16"], 3), "masked_over_ours": round(t["masked"] / t["ours"], 3)})
 
 
 if __name__ == "__main__":

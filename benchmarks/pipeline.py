@@ -5,8 +5,10 @@ Both runs are `memagent train` with one rollout worker and one learner on disjoi
 staleness 0: a batch is generated only once the policy that will train on it is published
 (generate, train, push, repeat). Ours is staleness 1: rollout continues while the learner
 trains. With G and T the generation and training seconds of one step, measured alone in the
-synchronous run (the learner's wait for a batch, and its step plus push), overlap can give at
-most (G+T)/max(G,T). That bound assumes the two cores do not slow each other down; the run also
+synchronous run (the learner's wait for a batch, and the rest of its step: the optimizer step,
+push, report), overlap can give at most (G+T)/max(G,T). Every figure is a mean over the steps
+after the first two (start-up, warm-up): means add up (G + T is the synchronous step), medians of
+different quantities do not. That bound assumes the two cores do not slow each other down; the run also
 measures how much they do (a load on core 1 alone, then with a copy of it busy on core 0: a
 cache-held matmul, which reads below 1 on cores that share a physical core, and 64 MiB copies,
 below 1 when they share memory bandwidth) and the learner's step in the overlapped run against
@@ -23,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,9 +67,15 @@ def run(preset: str | None, overrides: list[str], steps: int, staleness: int) ->
     return rows
 
 
+def intervals(rows: list[dict], skip: int) -> list[tuple[float, float]]:
+    """(seconds from the previous step's report to this one's, of which waiting for the batch) for
+    every step after the first `skip` (start-up, warm-up)."""
+    return [(b["time"] - a["time"], b["rollout/wait_s"]) for a, b in zip(rows[skip:], rows[skip + 1:])]
+
+
 def step_t(rows: list[dict], skip: int) -> float:
-    """Median seconds of the learner's step plus its weight push, after the first `skip`."""
-    return statistics.median(r["train/step_s"] + r.get("train/weight_push_s", 0.0) for r in rows[skip:])
+    """Mean seconds of the learner's optimizer step plus its weight push, after the first `skip`."""
+    return statistics.mean(r["train/step_s"] + r.get("train/weight_push_s", 0.0) for r in rows[skip + 1:])
 
 
 def _load(kind: str, core: int, seconds: float, out) -> None:
@@ -110,12 +119,6 @@ def core_interference(kind: str, seconds: float = 8.0) -> float:
     return rounds([1, 0]) / alone
 
 
-def per_step(rows: list[dict], skip: int) -> float:
-    """Median seconds between consecutive steps, after the first `skip` (start-up, warm-up)."""
-    times = [r["time"] for r in rows][skip:]
-    return statistics.median(b - a for a, b in zip(times, times[1:]))
-
-
 def main_() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
@@ -125,33 +128,45 @@ def main_() -> None:
     overrides = COMMON + (QUICK if args.quick else FULL) + args.overrides
     if args.quick and not any(o.startswith("model.path=") for o in overrides):
         overrides.append(f"model.path={tiny_model()}")
-    steps = args.steps or 6
+    steps = args.steps or 8
     skip = 2
     preset = None if args.quick else PRESET
     shared = {k: core_interference(k) if (os.cpu_count() or 1) > 1 else 1.0 for k in ("compute", "memory")}
     sync = run(preset, overrides, steps, 0)
     ours = run(preset, overrides, steps, 1)
-    g = statistics.median(r["rollout/wait_s"] for r in sync[skip:])
-    t, t_ours = step_t(sync, skip), step_t(ours, skip)
+    keep_rows({"overrides": overrides, "core_shared_rate": shared, "sync": sync, "ours": ours})
+    # G: the learner waiting for the batch (generation alone); T: the rest of its step (alone)
+    g = statistics.mean(w for _, w in intervals(sync, skip))
+    t = statistics.mean(d - w for d, w in intervals(sync, skip))
+    t_alone, t_ours = step_t(sync, skip), step_t(ours, skip)
     ideal = (g + t) / max(g, t)
-    s_sync, s_ours = per_step(sync, skip), per_step(ours, skip)
+    s_sync, s_ours = g + t, statistics.mean(d for d, _ in intervals(ours, skip))
     speedup = s_sync / s_ours
     stale = statistics.mean(r["rollout/staleness"] for r in ours[skip:])
     print(f"G {g:.1f} s, T {t:.1f} s per step (measured alone, synchronous run); ideal {ideal:.2f}x", file=sys.stderr)
     print(f"cores: with core 0 busy, core 1 computes at {shared['compute']:.2f} and copies memory at "
           f"{shared['memory']:.2f} of its rate alone; the learner's step overlapped {t_ours:.1f} s = "
-          f"{t_ours / t:.2f}x its step alone", file=sys.stderr)
+          f"{t_ours / t_alone:.2f}x its step alone", file=sys.stderr)
     print(f"synchronous {s_sync:.1f} s/step ({3600 / s_sync:.0f} steps/h), ours {s_ours:.1f} s/step "
           f"({3600 / s_ours:.0f} steps/h): {speedup:.2f}x = {speedup / ideal:.2f} of ideal; staleness {stale:.2f}",
           file=sys.stderr)
     finish({"async_over_sync": round(speedup, 3), "ideal": round(ideal, 3), "of_ideal": round(speedup / ideal, 3),
             "staleness_mean": round(stale, 3), "G_s": round(g, 2), "T_s": round(t, 2),
-            "T_overlapped_s": round(t_ours, 2), "core_shared_rate": {k: round(v, 3) for k, v in shared.items()}})
+            "T_step_alone_s": round(t_alone, 2), "T_step_overlapped_s": round(t_ours, 2), "core_shared_rate": {k: round(v, 3) for k, v in shared.items()}})
+
+
+def keep_rows(record: dict) -> None:
+    """Every step's metrics of both runs, for reading the figures again later."""
+    import json
+    import time
+
+    out = Path(__file__).resolve().parent / "results" / "pipeline" / time.strftime("%Y-%m-%dT%H%M%S.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, default=str))
+    print(f"steps: {out}", file=sys.stderr)
 
 
 def tiny_model() -> str:
-    from pathlib import Path
-
     from transformers import AutoTokenizer
 
     from pipelines.config import load_config
