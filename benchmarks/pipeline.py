@@ -142,7 +142,7 @@ def main_() -> None:
     ideal = (g + t) / max(g, t)
     s_sync, s_ours = g + t, statistics.mean(d for d, _ in intervals(ours, skip))
     speedup = s_sync / s_ours
-    stale = statistics.mean(r["rollout/staleness"] for r in ours[skip:])
+    stale = statistics.mean(r["rollout/staleness"] for r in ours[skip + 1:])  # the steps timed
     print(f"G {g:.1f} s, T {t:.1f} s per step (measured alone, synchronous run); ideal {ideal:.2f}x", file=sys.stderr)
     print(f"cores: with core 0 busy, core 1 computes at {shared['compute']:.2f} and copies memory at "
           f"{shared['memory']:.2f} of its rate alone; the learner's step overlapped {t_ours:.1f} s = "

@@ -8,7 +8,8 @@ micro-batch, so the T x T block-diagonal mask is never built nor read and the bl
 sequences are never computed. transformers' own SDPA path builds that mask from position ids
 that restart at 0 (masking_utils, `find_packed_sequence_indices`) and runs the flash kernel
 over all of T x T under it: with 3-5 conversations a micro-batch, attention was ~40% of a
-learner step on CPU, against ~10% for causal blocks per sequence (benchmarks/learner.py).
+learner step on CPU in a profile, against ~19% for causal blocks per sequence (and the step
+1.16x longer in benchmarks/learner.py).
 Any other attention implementation still gets that mask (checked below), and the body is
 called with use_cache=False (LlamaModel makes a cache whenever use_cache is on, and packing
 is detected only without one).

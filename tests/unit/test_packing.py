@@ -1,6 +1,5 @@
 """Token-budget packing and response-only logprobs on a tiny random Llama built in the test."""
 
-import copy
 import random
 
 import pytest
@@ -15,32 +14,33 @@ from pipelines.learn.packing import (TrainSeq, pack, padding_fraction, plan_micr
 VOCAB = 300
 
 
-@pytest.fixture(scope="module", params=[PACKED_ATTENTION, "sdpa"])
-def model(request):
-    """The learner's attention (one causal call per packed sequence) and transformers' own
-    (a block-diagonal mask from the position ids): every test below holds for both."""
+def tiny_llama(attention: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    cfg._attn_implementation = request.param
+    cfg._attn_implementation = attention
     return LlamaForCausalLM(cfg).float().eval()
 
 
-def test_packed_attention_equals_the_masked_path_in_values_and_gradients(model):
+@pytest.fixture(scope="module", params=[PACKED_ATTENTION, "sdpa"])
+def model(request):
+    """The learner's attention (one causal call per packed sequence) and transformers' own
+    (a block-diagonal mask from the position ids): every test below holds for both."""
+    return tiny_llama(request.param)
+
+
+def test_packed_attention_equals_the_masked_path_in_values_and_gradients():
     seqs = _seqs()
     packed = pack(seqs, list(range(len(seqs))))
-    other = copy.deepcopy(model)
-    other.config._attn_implementation = "sdpa" if model.config._attn_implementation == PACKED_ATTENTION else \
-        PACKED_ATTENTION
-    a, b = response_logprobs(model, packed), response_logprobs(other, packed)
+    ours, masked = tiny_llama(PACKED_ATTENTION), tiny_llama("sdpa")  # the same weights (seed 0)
+    a, b = response_logprobs(ours, packed), response_logprobs(masked, packed)
     assert torch.allclose(a, b, atol=1e-5)
     (a.sum() + b.sum()).backward()
-    grads = dict(other.named_parameters())
-    for name, p in model.named_parameters():
+    grads = dict(masked.named_parameters())
+    for name, p in ours.named_parameters():
         assert torch.allclose(p.grad, grads[name].grad, atol=1e-5), name
-    model.zero_grad(set_to_none=True)
 
 
 def _seqs(n_convs=(3, 1, 2), seed=0) -> list[TrainSeq]:
