@@ -221,6 +221,7 @@ def main() -> None:
     p.add_argument("--n-other", type=int, help="rows of the other cells (default 64)")
     p.add_argument("--sft-steps", type=int)
     p.add_argument("--rl-steps", type=int)
+    p.add_argument("--models", help="evaluate only these models' cells, e.g. rl-rollout_mean (default: every trained one)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
@@ -246,7 +247,7 @@ def main() -> None:
             models[f"rl-{a}"] = runs[f"rl-{a}"]["model"]
     if "eval" in stages:
         for c in plan(n, n_other, suite.lengths):
-            if c.model in models:
+            if c.model in models and (not args.models or c.model in args.models.split(",")):
                 evaluate(c, models[c.model], results, tasks, suite.agent)
     done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
     summary = {**summarize(done, tasks.split(","), suite.lengths), "models": models,
