@@ -185,7 +185,7 @@ def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str
     for cells, folder in done.items():
         table = json.loads((folder / "summary.json").read_text())["table"]
         label = cells.model if cells.method == "memagent" else f"{cells.model}/{cells.method}"
-        for task in tasks:
+        for task in (t for t in tasks if t in table):  # a cell scored with --tasks holds only those
             s = table[task][cells.length][cells.method]
             ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = [
                 round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1), round(100 * s["sub_em_hi"], 1), s["n"]]
@@ -207,7 +207,8 @@ def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[st
             if (before, "memagent", length) in by and (after, "memagent", length) in by:
                 m, lo, hi, n = paired_diff(scores(by[before, "memagent", length], task, length, "memagent"),
                                            scores(by[after, "memagent", length], task, length, "memagent"))
-                out.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
+                if n:  # no shared rows: a cell scored on other tasks (--tasks)
+                    out.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
     return out
 
 
