@@ -10,6 +10,7 @@ so the benchmark can be stopped and re-run across sessions.
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
     .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
+    .venv/bin/python benchmarks/learning.py --stages eval --ladder rl   # a trained model at 1x..16x
 
 Needles: training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K.
 The cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation
@@ -24,7 +25,13 @@ same rows. Cells already in the results folder stand for a model this session di
 (each cell's model.json names the weights it scored).
 The last line is one JSON object: {"base", "sft", "rl": {task: {length: sub_em}}, "ci95": {task:
 {length: {method: [mean, lo, hi]}}}, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}},
-"ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "train_minutes"}.
+"ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "ladder": {model:
+{task: {length: {method: [mean, lo, hi, n]}}}}, "train_minutes"}.
+
+The ladder (`--ladder MODEL`): one trained model at 1x, 2x, 4x, 8x and 16x the training length,
+the memory agent and the truncation baseline, n = --n-other rows a cell, in one resumable
+folder (MODEL/ladder-...) with its table and accuracy-against-length plot; the base model scores 0
+in every cell measured (1x, 4x here; 4K-64K in benchmarks/eval_ladder.py), so it is not re-run.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ ABLATIONS = {
     "curriculum": ["learn.curriculum=16"],
     "rollout_mean": ["learn.loss_agg=rollout_mean"],  # every rollout weighs the same, however many turns
 }
+LADDER = (1, 2, 4, 8, 16)  # multiples of the training length (1x) a --ladder model is scored at
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",
         "eval.concurrency=32", "track.enabled=false"]
 
@@ -82,14 +90,24 @@ EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0"
 class Cells:
     """One `memagent eval` run: a model's method at one length, on every task, n rows each."""
 
-    model: str  # base | sft | rl
-    method: str  # memagent | truncation
-    length: str
+    model: str  # base | sft | rl | rl-<ablation>
+    method: str  # memagent | truncation (a ladder: both, comma-separated)
+    length: str  # a ladder: its lengths, comma-separated
     n: int
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.method}-{self.length}-n{self.n}"
+        lengths = self.length.split(",")
+        kind = f"ladder-{lengths[0]}-{lengths[-1]}" if len(lengths) > 1 else f"{self.method}-{self.length}"
+        return f"{self.model}/{kind}-n{self.n}"
+
+
+def ladder(model: str, one: str, n: int) -> Cells:
+    """MODEL's ladder: both methods at every LADDER multiple of the training length ONE."""
+    from pipelines.eval.stats import parse_length
+
+    tokens = parse_length(one)
+    return Cells(model, "truncation,memagent", ",".join(f"{tokens * k // 1024}K" for k in LADDER), n)
 
 
 def plan(n: int, n_other: int, lengths: tuple[str, str]) -> list[Cells]:
@@ -199,6 +217,18 @@ def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str
     return {**means, "ci95": ci95, "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
 
 
+def ladders(results: Path, n: int) -> dict:
+    """Every scored ladder under RESULTS: {model: {task: {length: {method: [mean, lo, hi, n]}}}} (points)."""
+    out: dict = {}
+    for folder in sorted(results.glob(f"*/ladder-*-n{n}")):
+        if (folder / "summary.json").exists():
+            table = json.loads((folder / "summary.json").read_text())["table"]
+            out[folder.parent.name] = {task: {ln: {m: [round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1),
+                                                     round(100 * s["sub_em_hi"], 1), s["n"]] for m, s in cells.items()}
+                                              for ln, cells in lengths.items()} for task, lengths in table.items()}
+    return out
+
+
 def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
     """after - before, paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}} (points)."""
     out: dict = {}
@@ -223,6 +253,7 @@ def main() -> None:
     p.add_argument("--sft-steps", type=int)
     p.add_argument("--rl-steps", type=int)
     p.add_argument("--models", help="evaluate only these models' cells, e.g. rl-rollout_mean (default: every trained one)")
+    p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
@@ -250,8 +281,13 @@ def main() -> None:
         for c in plan(n, n_other, suite.lengths):
             if c.model in models and (not args.models or c.model in args.models.split(",")):
                 evaluate(c, models[c.model], results, tasks, suite.agent)
+        if args.ladder:
+            if args.ladder not in models:
+                sys.exit(f"learning: --ladder {args.ladder}: no trained model of that name in {work} ({', '.join(models)})")
+            evaluate(ladder(args.ladder, suite.lengths[0], n_other), models[args.ladder], results, tasks, suite.agent)
     done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
-    summary = {**summarize(done, tasks.split(","), suite.lengths), "models": models,
+    summary = {**summarize(done, tasks.split(","), suite.lengths), "ladder": ladders(results, n_other),
+               "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
