@@ -229,6 +229,26 @@ def ladders(results: Path, n: int) -> dict:
     return out
 
 
+def ladder_plot(results: Path, model: str, base: list[Path]) -> Path | None:
+    """RESULTS/ladder.png: MODEL's ladder (both methods) with the base model's memory-agent cells at
+    the lengths it was scored (each cell's own interval in table.md and summary.json)."""
+    from pipelines.eval.report import plot
+
+    folders = sorted(results.glob(f"{model}/ladder-*"))
+    if not folders or not (folders[-1] / "summary.json").exists():
+        return None
+    summary, lengths, tasks = {}, [], []
+    for folder, method in [(folders[-1], None), *((b, "base") for b in base)]:
+        for task, by_len in json.loads((folder / "summary.json").read_text())["table"].items():
+            tasks += [task] if task not in tasks else []
+            for length, cells in by_len.items():
+                lengths += [length] if method is None and length not in lengths else []
+                for m, cell in cells.items():
+                    if method is None or (m == "memagent" and length in lengths):
+                        summary[(task, length, method or m)] = cell
+    return plot(summary, tasks, lengths, ["memagent", "truncation", "base"], results / "ladder.png")
+
+
 def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
     """after - before, paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}} (points)."""
     out: dict = {}
@@ -290,6 +310,8 @@ def main() -> None:
                "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)
+    if args.ladder:
+        ladder_plot(results, args.ladder, [f for c, f in done.items() if c.model == "base" and c.method == "memagent"])
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
     finish(summary)
 

@@ -15,7 +15,7 @@ from pipelines.track.metrics import EVAL_SCORES, eval_metric
 
 Summary = dict[tuple[str, str, str], dict]  # (task, length, method) -> summarize()
 LABELS = {"memagent": "MemAgent (memory loop)", "truncation": "no memory (truncated)",
-          "full": "full document"}
+          "full": "full document", "base": "base model (memory loop)"}
 
 
 def pct(cell: dict, score: str = "sub_em") -> str:
@@ -68,7 +68,7 @@ def plot(summary: Summary, tasks, lengths, methods, path: Path, score: str = "su
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    styles = {"memagent": ("-", "o"), "truncation": ("--", "s"), "full": ("--", "^")}
+    styles = {"memagent": ("-", "o"), "truncation": ("--", "s"), "full": ("--", "^"), "base": (":", "x")}
     for i, task in enumerate(tasks):
         for m in methods:
             pts = [(parse_length(ln), 100 * summary[(task, ln, m)][score]) for ln in lengths
