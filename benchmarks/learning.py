@@ -201,12 +201,10 @@ def scores(folder: Path, task: str, length: str, method: str) -> dict[str, float
 def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str]) -> dict:
     ci95: dict = {}
     for cells, folder in done.items():
-        table = json.loads((folder / "summary.json").read_text())["table"]
+        table = table_of(folder)
         label = cells.model if cells.method == "memagent" else f"{cells.model}/{cells.method}"
         for task in (t for t in tasks if t in table):  # a cell scored with --tasks holds only those
-            s = table[task][cells.length][cells.method]
-            ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = [
-                round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1), round(100 * s["sub_em_hi"], 1), s["n"]]
+            ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = points(table[task][cells.length][cells.method])
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
     paired = pairs(by, tasks, "sft", "rl", lengths)
     ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", lengths[1:]))}
@@ -217,36 +215,35 @@ def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str
     return {**means, "ci95": ci95, "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
 
 
+def table_of(folder: Path) -> dict:
+    """An eval folder's scores: {task: {length: {method: cell}}}."""
+    return json.loads((folder / "summary.json").read_text())["table"]
+
+
+def points(cell: dict) -> list:
+    """A cell's sub_em in points: [mean, lo, hi, n]."""
+    return [round(100 * cell["sub_em"], 1), round(100 * cell["sub_em_lo"], 1), round(100 * cell["sub_em_hi"], 1), cell["n"]]
+
+
 def ladders(results: Path, n: int) -> dict:
-    """Every scored ladder under RESULTS: {model: {task: {length: {method: [mean, lo, hi, n]}}}} (points)."""
-    out: dict = {}
-    for folder in sorted(results.glob(f"*/ladder-*-n{n}")):
-        if (folder / "summary.json").exists():
-            table = json.loads((folder / "summary.json").read_text())["table"]
-            out[folder.parent.name] = {task: {ln: {m: [round(100 * s["sub_em"], 1), round(100 * s["sub_em_lo"], 1),
-                                                     round(100 * s["sub_em_hi"], 1), s["n"]] for m, s in cells.items()}
-                                              for ln, cells in lengths.items()} for task, lengths in table.items()}
-    return out
+    """Every scored ladder under RESULTS: {model: {task: {length: {method: [mean, lo, hi, n]}}}}."""
+    return {folder.parent.name: {task: {ln: {m: points(c) for m, c in cells.items()} for ln, cells in by.items()}
+                                 for task, by in table_of(folder).items()}
+            for folder in sorted(results.glob(f"*/ladder-*-n{n}")) if (folder / "summary.json").exists()}
 
 
-def ladder_plot(results: Path, model: str, base: list[Path]) -> Path | None:
-    """RESULTS/ladder.png: MODEL's ladder (both methods) with the base model's memory-agent cells at
-    the lengths it was scored (each cell's own interval in table.md and summary.json)."""
+def ladder_plot(folder: Path, base: list[Path], out: Path) -> Path:
+    """OUT: the ladder in FOLDER (both methods) with the base model's memory-agent cells at the
+    lengths both were scored."""
     from pipelines.eval.report import plot
 
-    folders = sorted(results.glob(f"{model}/ladder-*"))
-    if not folders or not (folders[-1] / "summary.json").exists():
-        return None
-    summary, lengths, tasks = {}, [], []
-    for folder, method in [(folders[-1], None), *((b, "base") for b in base)]:
-        for task, by_len in json.loads((folder / "summary.json").read_text())["table"].items():
-            tasks += [task] if task not in tasks else []
-            for length, cells in by_len.items():
-                lengths += [length] if method is None and length not in lengths else []
-                for m, cell in cells.items():
-                    if method is None or (m == "memagent" and length in lengths):
-                        summary[(task, length, method or m)] = cell
-    return plot(summary, tasks, lengths, ["memagent", "truncation", "base"], results / "ladder.png")
+    table = table_of(folder)
+    lengths = list(dict.fromkeys(ln for by in table.values() for ln in by))
+    summary = {(t, ln, m): c for t, by in table.items() for ln, cells in by.items() for m, c in cells.items()}
+    for b in base:
+        summary.update({(t, ln, "base"): cells["memagent"] for t, by in table_of(b).items() if t in table
+                        for ln, cells in by.items() if ln in lengths})
+    return plot(summary, list(table), lengths, ["memagent", "truncation", "base"], out)
 
 
 def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
@@ -286,6 +283,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     stages = set(args.stages.split(","))
     runs, models = {}, {"base": "smollm2"}
+    lad = ladder(args.ladder, suite.lengths[0], n_other) if args.ladder else None
     if "sft" in stages or (work / "sft" / "done.json").exists():
         runs["sft"] = train("sft", suite, work, tasks, sft_steps, [])
         models["sft"] = runs["sft"]["model"]
@@ -304,14 +302,15 @@ def main() -> None:
         if args.ladder:
             if args.ladder not in models:
                 sys.exit(f"learning: --ladder {args.ladder}: no trained model of that name in {work} ({', '.join(models)})")
-            evaluate(ladder(args.ladder, suite.lengths[0], n_other), models[args.ladder], results, tasks, suite.agent)
+            evaluate(lad, models[args.ladder], results, tasks, suite.agent)
     done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
     summary = {**summarize(done, tasks.split(","), suite.lengths), "ladder": ladders(results, n_other),
                "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)
-    if args.ladder:
-        ladder_plot(results, args.ladder, [f for c, f in done.items() if c.model == "base" and c.method == "memagent"])
+    if lad and (results / lad.name / "summary.json").exists():
+        base = [f for c, f in done.items() if c.model == "base" and c.method == "memagent"]
+        ladder_plot(results / lad.name, base, results / "ladder.png")
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
     finish(summary)
 
