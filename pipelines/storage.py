@@ -126,6 +126,27 @@ def download_prefix(uri: str, dest: Path) -> Path:
     return dest
 
 
+def write_whole(uri: str, data: bytes) -> None:
+    """Replace one file so that a reader (or a process killed mid-write) never sees half of it:
+    a local file is written aside and renamed over, an S3 object appears when its upload completes."""
+    fs, path = resolve(uri)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def publish_dir(src: Path, uri: str) -> str:
     """Copy a local folder to `uri` (folder or s3:// prefix) so that it appears whole."""
     with staged_dir(uri) as dest:

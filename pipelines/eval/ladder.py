@@ -26,6 +26,7 @@ from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, t
 from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
                                     read_cell, read_parts, summarize, write_cell, write_part)
 from pipelines.eval.stats import parse_length
+from pipelines.storage import write_whole
 from pipelines.track import Tracker, command_run, create_tracker
 
 Cell = tuple[str, str, str]
@@ -180,7 +181,7 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
             (Path(tmp) / name).write_text(text)
         plot(summary, e.tasks, e.lengths, e.methods, Path(tmp) / "accuracy_vs_length.png")
         for name in [*files, "accuracy_vs_length.png"]:
-            write_bytes(f"{out.rstrip('/')}/{name}", (Path(tmp) / name).read_bytes())
+            write_whole(f"{out.rstrip('/')}/{name}", (Path(tmp) / name).read_bytes())
             tracker.log_artifact(Path(tmp) / name, "eval")
         traces = Path(tmp) / "traces"
         traces.mkdir()
@@ -192,18 +193,6 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
             tracker.log_artifact(path, "eval/traces")
     tracker.log_metrics(metrics)
     return {"out": out, "table": table, "summary": nested, "metrics": metrics}
-
-
-def write_bytes(uri: str, data: bytes) -> None:
-    from pipelines.storage import resolve
-
-    if uri.startswith("s3://"):
-        fs, path = resolve(uri)
-        with fs.open_output_stream(path) as f:
-            f.write(data)
-    else:
-        Path(uri).parent.mkdir(parents=True, exist_ok=True)
-        Path(uri).write_bytes(data)
 
 
 def main(cfg: Config, workers: list | None = None) -> dict:

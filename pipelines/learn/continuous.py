@@ -36,7 +36,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn.gate import decide, register, report, with_model
 from pipelines.rollout.pool import Pool
-from pipelines.storage import absolute_uri, exists, file_info, is_s3, resolve
+from pipelines.storage import absolute_uri, exists, file_info, resolve, write_whole
 
 STATE = "continuous.json"
 
@@ -127,18 +126,7 @@ def load_state(cfg: Config, out: str, tasks: str) -> dict:
 
 def save_state(out: str, state: dict) -> None:
     """Replaced whole: a local file by rename, an S3 object by its completed upload."""
-    fs, path = resolve(f"{out}/{STATE}")
-    data = json.dumps(state, indent=1).encode()
-    if is_s3(out):
-        with fs.open_output_stream(path) as f:
-            f.write(data)
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.tmp", "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f"{path}.tmp", path)
+    write_whole(f"{out}/{STATE}", json.dumps(state, indent=1).encode())
 
 
 def read_state(out: str) -> dict | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipelines.storage import exists, resolve
+from pipelines.storage import exists, resolve, write_whole
 
 HISTORY = "history.jsonl"
 
@@ -54,11 +54,8 @@ def load_history(out: str) -> list[tuple[int, dict]]:
 
 
 def save_history(out: str, history: list[tuple[int, dict]]) -> None:
-    fs, path = resolve(f"{out.rstrip('/')}/{HISTORY}")
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     body = "".join(json.dumps({"step": s, "metrics": m}) + "\n" for s, m in history)
-    with fs.open_output_stream(path) as f:
-        f.write(body.encode())
+    write_whole(f"{out.rstrip('/')}/{HISTORY}", body.encode())  # a kill mid-write keeps the last whole file
 
 
 def merge_history(earlier: list[tuple[int, dict]], later: list[tuple[int, dict]]) -> list[tuple[int, dict]]:

@@ -7,12 +7,10 @@ when its upload completes, so a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 
 import pyarrow.fs as pafs
 
-from pipelines.storage import resolve
+from pipelines.storage import resolve, write_whole
 
 
 def join(base: str, *parts: str) -> str:
@@ -28,17 +26,7 @@ def read_json(uri: str) -> dict | None:
 
 
 def write_json(uri: str, data: dict) -> None:
-    fs, path = resolve(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    raw = json.dumps(data, indent=1, sort_keys=True).encode()
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, path)
-        return
-    with fs.open_output_stream(path) as f:
-        f.write(raw)
+    write_whole(uri, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def model_state_uri(state_dir: str) -> str:

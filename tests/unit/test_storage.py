@@ -35,3 +35,28 @@ def test_staged_dir_appears_whole_or_not_at_all(tmp_path):
         raise RuntimeError("killed mid-write")
     assert sorted(p.name for p in dest.iterdir()) == ["model.safetensors"]  # the old version stays
     assert [p.name for p in dest.parent.iterdir()] == ["v1"]  # no .part folder left behind
+
+
+def test_write_whole_survives_a_kill_mid_write(tmp_path):
+    """A process killed while it rewrites a file (the RL history, a job's state) leaves the last
+    whole version, never a truncated one (CI once lost a run's first step to that)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    target, size = tmp_path / "history.jsonl", 4 << 20
+    loop = ("import sys\nfrom pipelines.storage import write_whole\ni = 0\n"
+            f"while True:\n    i += 1\n    write_whole(sys.argv[1], bytes([48 + i % 10]) * {size})\n")
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", loop, str(target)])
+        while not target.exists():
+            time.sleep(0.01)
+        time.sleep(0.3)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        data = target.read_bytes()
+        assert len(data) == size and data == data[:1] * size
+    leftovers = [p.name for p in tmp_path.iterdir() if p != target]
+    assert all(name.endswith(".tmp") for name in leftovers)  # a killed write's temporary file, never the target
