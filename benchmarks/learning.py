@@ -71,7 +71,7 @@ SUITES = {
                      (200, 64), (30, 40), ""),
     "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
-                      (64, 64), (20, 12), "hotpotqa"),  # RL: 5-8 min a step (most groups all-equal), 2 h in all
+                      (64, 64), (20, 12), "hotpotqa"),  # RL: 11.5 min a step (most groups all-equal)
 }
 # One change each to the RL preset, measured against its absence (RL as configured).
 ABLATIONS = {
