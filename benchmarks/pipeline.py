@@ -12,7 +12,9 @@ different quantities do not. That bound assumes the two cores do not slow each o
 measures how much they do (a load on core 1 alone, then with a copy of it busy on core 0: a
 cache-held matmul, which reads below 1 on cores that share a physical core, and 64 MiB copies,
 below 1 when they share memory bandwidth) and the learner's step in the overlapped run against
-its step alone (T overlapped / T alone).
+its step alone (T overlapped / T alone). A batch's cost follows its memories' lengths (steps
+spread +-20%), so it also gives the figure per token trained (`of_ideal_per_token`), which takes
+the batches' sizes out.
 
     .venv/bin/python benchmarks/pipeline.py            # SmolLM2-135M on vLLM, needle rows of 2-4 chunks
     .venv/bin/python benchmarks/pipeline.py --quick    # a tiny random model on the transformers engine
@@ -77,6 +79,14 @@ def intervals(rows: list[dict], skip: int) -> list[tuple[float, float]]:
     """(seconds from the previous step's report to this one's, of which waiting for the batch) for
     every step after the first `skip` (start-up, warm-up)."""
     return [(b["time"] - a["time"], b["rollout/wait_s"]) for a, b in zip(rows[skip:], rows[skip + 1:])]
+
+
+def per_token(rows: list[dict], skip: int) -> tuple[float, float]:
+    """(seconds per trained token of the intervals after the first `skip`, of which waiting for
+    the batch): takes out the batches' sizes, which vary with the memories' lengths."""
+    pairs = list(zip(rows[skip:], rows[skip + 1:]))
+    tokens = sum(b["train/tokens_per_s"] * b["train/step_s"] for _, b in pairs)
+    return sum(b["time"] - a["time"] for a, b in pairs) / tokens, sum(b["rollout/wait_s"] for _, b in pairs) / tokens
 
 
 def step_t(rows: list[dict], skip: int) -> float:
@@ -149,6 +159,8 @@ def main_() -> None:
     s_sync, s_ours = g + t, statistics.mean(d for d, _ in intervals(ours, skip))
     speedup = s_sync / s_ours
     stale = statistics.mean(r["rollout/staleness"] for r in ours[skip + 1:])  # the steps timed
+    (sync_tok, g_tok), (ours_tok, _) = per_token(sync, skip), per_token(ours, skip)
+    of_ideal_tok = sync_tok / ours_tok / (sync_tok / max(g_tok, sync_tok - g_tok))
     print(f"G {g:.1f} s, T {t:.1f} s per step (measured alone, synchronous run); ideal {ideal:.2f}x", file=sys.stderr)
     print(f"cores: with core 0 busy, core 1 computes at {shared['compute']:.2f} and copies memory at "
           f"{shared['memory']:.2f} of its rate alone; the learner's step overlapped {t_ours:.1f} s = "
@@ -156,7 +168,9 @@ def main_() -> None:
     print(f"synchronous {s_sync:.1f} s/step ({3600 / s_sync:.0f} steps/h), ours {s_ours:.1f} s/step "
           f"({3600 / s_ours:.0f} steps/h): {speedup:.2f}x = {speedup / ideal:.2f} of ideal; staleness {stale:.2f}",
           file=sys.stderr)
+    print(f"per token trained (the batches' sizes taken out): {of_ideal_tok:.3f} of ideal", file=sys.stderr)
     finish({"async_over_sync": round(speedup, 3), "ideal": round(ideal, 3), "of_ideal": round(speedup / ideal, 3),
+            "of_ideal_per_token": round(of_ideal_tok, 3),
             "staleness_mean": round(stale, 3), "G_s": round(g, 2), "T_s": round(t, 2),
             "T_step_alone_s": round(t_alone, 2), "T_step_overlapped_s": round(t_ours, 2), "core_shared_rate": {k: round(v, 3) for k, v in shared.items()}})
 
