@@ -147,12 +147,19 @@ def test_openai_client_models_and_chat(served):
 
 
 def test_overload_answers_503_with_retry_after(client):
+    # 16 requests released at once against 2 replicas x (4 running + 2 queued): the barrier makes
+    # them arrive together and each reads 4 turns, so the last arrives before any finishes, however
+    # fast the machine (14 short requests started one by one were all served on a fast CI machine).
+    long_doc = needle_doc(0) * 2  # 390 tokens: 3 chunks of 128
+    start = threading.Barrier(16)
+
     def call(results):
-        r = client.post("/v1/answer", json={"question": "What is the code of box 0?", "doc_id": "doc-0"})
+        start.wait()
+        r = client.post("/v1/answer", json={"question": "What is the code of box 0?", "document": long_doc})
         results.append((r.status_code, r.headers.get("retry-after"), r.json()))
 
     results: list = []
-    threads = [threading.Thread(target=call, args=(results,)) for _ in range(14)]
+    threads = [threading.Thread(target=call, args=(results,)) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
