@@ -37,8 +37,21 @@ def stop_pid(pid: int, grace: float = 10) -> None:
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if gone(pid):
                 return
             time.sleep(0.2)
+
+
+def gone(pid: int) -> bool:
+    """Whether pid has exited. Our own child is reaped here: an exited child stays a zombie, which
+    signal 0 still reaches, until its parent waits for it (each stop then took the whole grace)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:  # not our child: its own parent reaps it
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
