@@ -15,8 +15,6 @@ import json
 
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.learn import runs
-from pipelines.learn.job import TrainRequest, main
 
 
 def add_arguments(p) -> None:
@@ -34,6 +32,8 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.learn import runs
+    from pipelines.learn.job import TrainRequest, main
     from pipelines.track.tracker import command_run, create_tracker
 
     if args.continuous:
