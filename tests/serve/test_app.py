@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "test-token"
 S3_ALLOWED = "s3://memagent-test/serve"
-N_DOCS, N_ROWS = 10, 50
+N_DOCS, N_ROWS = 10, 32  # 32 rows: 4 shards of 8, the kills land after the first
 
 
 
