@@ -11,11 +11,14 @@ SIGTERM stops a command as Ctrl-C does, and a local Ray it started is shut down 
 Library logs (vLLM, Ray, transformers, their tqdm bars and warnings) go to a file under the
 home, named once on stderr; `--verbose` or MEMAGENT_LOG=debug shows them (pipelines/logs.py).
 Errors print as one line; an unexpected one also leaves its traceback in that file.
+SIGUSR1 writes every thread's stack to stderr, so to that log file unless --verbose (what a
+command that seems hung is waiting on).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
 import signal
@@ -72,6 +75,7 @@ def dispatch(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         with raylife.guard():
             dispatch(args)
@@ -100,5 +104,16 @@ def error(message: str) -> None:
     print(f"memagent: error: {redact(message, env_secrets())}", file=logs.console())
 
 
+def entry() -> None:
+    """The console script: main(), and if a Ray shutdown it waited on never returned, the exit
+    does not wait on it again (Ray's own atexit shutdown would)."""
+    code = main()
+    if raylife.stuck:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Iterator
 
 GRACE_S = 5.0
+SHUTDOWN_S = 30.0
+stuck = False  # a ray.shutdown() here outlived SHUTDOWN_S: `memagent` then exits without waiting on it
 
 
 class Stopped(KeyboardInterrupt):
@@ -55,15 +57,25 @@ def _local_ray():
     return ray if getattr(node, "head", False) else None
 
 
+def bounded(fn, timeout_s: float) -> bool:
+    """fn() in a daemon thread; whether it returned within timeout_s."""
+    t = threading.Thread(target=fn, name=f"bounded-{fn.__name__}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    return not t.is_alive()
+
+
 def shutdown_local_ray() -> None:
-    """ray.shutdown(), then end whatever of this process's children outlived it."""
+    """ray.shutdown(), bounded (after a Ctrl-C to the whole process group its raylet may be gone,
+    and the shutdown can wait on it), then end whatever of this process's children outlived it."""
+    global stuck
     import psutil
 
     ray = _local_ray()
     if ray is None:
         return
     children = psutil.Process().children(recursive=True)
-    ray.shutdown()
+    stuck = not bounded(ray.shutdown, SHUTDOWN_S) or stuck
     alive = [p for p in children if p.is_running()]
     for p in alive:
         with contextlib.suppress(psutil.Error):

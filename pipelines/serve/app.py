@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 
+from pipelines import raylife
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.models import absolute_ref, config_model_dir
@@ -136,19 +137,16 @@ def start(cfg: Config, model: str | None = None, host: str | None = None, port: 
 
 
 def stop(cfg: Config, shutdown_ray: bool = True, timeout_s: float = 30.0) -> None:
-    """Serve's shutdown, bounded: after a Ctrl-C to the whole process group its controller may
-    be gone already, and waiting on it would hang the command (pipelines/raylife.py then ends
-    what is left of the local Ray)."""
-    import threading
-
+    """Serve's shutdown (and Ray's), bounded: after a Ctrl-C to the whole process group its
+    controller or raylet may be gone already, and waiting on them would hang the command
+    (pipelines/raylife.py then ends what is left of the local Ray)."""
     import ray
     from ray import serve
 
-    closing = threading.Thread(target=serve.shutdown, name="serve-shutdown", daemon=True)
-    closing.start()
-    closing.join(timeout_s)
+    done = raylife.bounded(serve.shutdown, timeout_s)
     if shutdown_ray:
-        ray.shutdown()
+        done = raylife.bounded(ray.shutdown, timeout_s) and done
+    raylife.stuck = raylife.stuck or not done
 
 
 def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> None:

@@ -49,7 +49,13 @@ def test_stopping_serve_leaves_no_process_of_its_ray(how, smollm2_dir, tmp_path)
             proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(timeout=180)
+        try:
+            rc = proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the CLI writes every thread's stack to its log: what it waits on
+            time.sleep(3)
+            log = err.read_text().split("memagent: library logs: ")[-1].split(" ")[0]
+            raise AssertionError(f"not stopped after 180 s; its log {log}:\n{open(log).read()[-8000:]}") from None
         last = err.read_text().strip().splitlines()[-1]
         if how == "sigterm":
             assert rc == 128 + signal.SIGTERM and last == "memagent: stopped (SIGTERM)", (rc, last)
