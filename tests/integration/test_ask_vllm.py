@@ -1,4 +1,6 @@
-"""`memagent ask` end to end: the vLLM CPU engine, the real SmolLM2 model, a ~20K-token document."""
+"""`memagent ask` end to end: the vLLM CPU engine, the real SmolLM2 model, a ~20K-token document;
+its output captured as a script would: stdout the one JSON line, stderr only the command's own
+lines, vLLM's warnings (its engine process logs the most) in the log file."""
 
 import json
 import math
@@ -7,6 +9,7 @@ import pytest
 
 from pipelines.ingest.builders.needle_file import write_needle_document
 from tests.conftest import run_cli
+from tests.integration.test_quiet_cli import OURS, env, only_log
 
 pytestmark = pytest.mark.slow
 
@@ -16,10 +19,16 @@ def test_ask_json_over_20k_tokens(tmp_path, smollm2_dir, tokenizer):
     question, gold = write_needle_document(doc, 20000, seed=3)
     n_tokens = len(tokenizer.encode(doc.read_text(), add_special_tokens=False))
     assert 18000 < n_tokens < 22000
-    proc = run_cli("ask", "--doc", str(doc), "--question", question, "--json",
-                   "agent.chunk_size=4096", "agent.memory_budget=32", "agent.final_budget=32")
+    home = tmp_path / "home"
+    proc = run_cli("ask", "--doc", str(doc), "--question", question, "--json", f"model.path={smollm2_dir}",
+                   "agent.chunk_size=4096", "agent.memory_budget=32", "agent.final_budget=32",
+                   env=env(home, VLLM_LOGGING_LEVEL="WARNING"), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    [line] = proc.stdout.splitlines()
+    assert all(OURS.match(line) for line in proc.stderr.splitlines()), proc.stderr
+    log = only_log(home)
+    assert "WARNING" in log and "EngineCore" in log
+    out = json.loads(line)
     assert out["doc_tokens"] == n_tokens
     assert out["turns"] == math.ceil(n_tokens / 4096) + 1
     assert len(out["memory"]) == len(out["memory_tokens"]) == out["turns"] - 1

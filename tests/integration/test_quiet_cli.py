@@ -2,8 +2,8 @@
 command's output, stderr only its own lines (the log file's path, progress records, errors),
 and the libraries' lines (transformers' bars, Ray's and vLLM's warnings) are in the log file.
 
-The transformers engine with a tiny random model where only the output's shape matters; one
-slow test runs vLLM, whose engine process logs the most."""
+The transformers engine with a tiny random model where only the output's shape matters (vLLM's
+engine process, which logs the most: tests/integration/test_ask_vllm.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, make_tiny_llama, run_cli
+from tests.conftest import REPO, run_cli
 
 OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: |data build )")
 TINY = ["agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "track.enabled=false"]
@@ -132,19 +132,3 @@ def test_data_build_shows_documents_then_objects(tmp_path, cmd_home, tiny_model_
     docs = [line for line in err if line.startswith("data build niah_single: ")]
     assert docs and docs[-1].startswith("data build niah_single: 3/3 docs (100%)")
     assert any(line.startswith("ingest: 1/1 objects (100%)") for line in err)
-
-
-@pytest.mark.slow
-def test_ask_with_vllm_leaves_its_warnings_in_the_log(doc, cmd_home, tmp_path, tokenizer):
-    model = make_tiny_llama(tmp_path / "tiny-vllm", tokenizer, hidden_size=128, intermediate_size=256,
-                            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                            max_position_embeddings=2048)  # head_dim 64: vLLM's CPU attention takes it
-    proc = run_cli("ask", "--doc", str(doc), "--question", "What colour is the sky?", "--json",
-                   f"model.path={model}", "engine.kind=vllm", "engine.max_model_len=1024",
-                   "engine.cpu_kvcache_gib=1", *TINY, env=env(cmd_home, VLLM_LOGGING_LEVEL="WARNING"), timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [line] = proc.stdout.splitlines()
-    assert json.loads(line)["turns"] == size(doc, tokenizer)[1] + 1
-    assert all(OURS.match(line) for line in proc.stderr.splitlines()), proc.stderr
-    log = only_log(cmd_home)
-    assert "WARNING" in log and "EngineCore" in log  # from vLLM's engine process
