@@ -7,6 +7,7 @@ writes each step's metrics to (for the progress display and MLflow).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,8 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    # Read by the controller TorchTrainer starts (Ray Train passes it on); a user's own wins.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", str(cfg.learn.report_poll_s))
     board = ray.remote(Board).options(num_cpus=0).remote()
     run = RunSpec(**{**run.__dict__, "board": board})
     path, fs = storage_of(run.out)
