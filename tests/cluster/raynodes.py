@@ -119,7 +119,7 @@ class LocalCluster:
         """A driver on the head's machine: connects through RAY_ADDRESS, its own home."""
         return {**self.env, "RAY_ADDRESS": self.address, "HOME": str(home), "MEMAGENT_HOME": str(home)}
 
-    def stop(self, grace: float = 15) -> None:
+    def stop(self, grace: float = 5) -> None:
         """Every process of both nodes, by process id: each `ray start --block` and everything it
         started (raylet, GCS, agents, workers), the other node first."""
         for node in (self.other, self.head):
