@@ -156,8 +156,8 @@ def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> 
     print(f"uri, input and output may name only: {', '.join(paths + prefixes) or 'nothing'} "
           f"(serve.allowed_paths, serve.allowed_s3_prefixes)", flush=True)
     try:
-        while True:
-            time.sleep(3600)
+        while True:  # short sleeps: a Ctrl-C that lands on another thread of this process only
+            time.sleep(1)  # marks the handler pending; the main thread runs it when it wakes
     finally:
         stop(cfg)
 
