@@ -14,6 +14,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 GRACE_S = 5.0
@@ -55,6 +56,14 @@ def _local_ray():
         return None
     node = getattr(sys.modules.get("ray._private.worker"), "_global_node", None)
     return ray if getattr(node, "head", False) else None
+
+
+def nap(seconds: float) -> None:
+    """time.sleep in slices of at most a second: a Ctrl-C or SIGTERM that lands on another thread
+    of the process only marks its handler pending, which the main thread runs when it wakes."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(1.0, left))
 
 
 def bounded(fn, timeout_s: float) -> bool:

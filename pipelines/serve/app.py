@@ -14,7 +14,6 @@ the app and that Ray (pipelines/raylife.py).
 from __future__ import annotations
 
 import os
-import time
 
 from pipelines import raylife
 from pipelines.config import Config
@@ -156,8 +155,8 @@ def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> 
     print(f"uri, input and output may name only: {', '.join(paths + prefixes) or 'nothing'} "
           f"(serve.allowed_paths, serve.allowed_s3_prefixes)", flush=True)
     try:
-        while True:  # short sleeps: a Ctrl-C that lands on another thread of this process only
-            time.sleep(1)  # marks the handler pending; the main thread runs it when it wakes
+        while True:
+            raylife.nap(3600)
     finally:
         stop(cfg)
 
