@@ -37,7 +37,10 @@ def test_stopping_serve_leaves_no_process_of_its_ray(how, smollm2_dir, tmp_path)
             "engine.dtype=float32", "engine.max_model_len=1024", "serve.replica_cpus=0.5",
             f"serve.state_dir={tmp_path / 'state'}"]
     with open(out, "w") as o, open(err, "w") as e:
-        proc = subprocess.Popen(args, cwd=REPO, stdout=o, stderr=e, start_new_session=True)
+        # SIGINT at its default, as a shell starts a command: an ignored SIGINT is inherited, and in
+        # whole runs the child once ignored it (stack dump: still napping 180 s after SIGINT).
+        proc = subprocess.Popen(args, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cluster: list[psutil.Process] = []
     try:
         wait_serving(proc, out)
