@@ -14,12 +14,11 @@ import contextlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 GRACE_S = 5.0
 SHUTDOWN_S = 30.0
-stuck = False  # a ray.shutdown() here outlived SHUTDOWN_S: `memagent` then exits without waiting on it
+stuck = False  # a bounded shutdown outlived its bound: `memagent` then exits without waiting on it
 
 
 class Stopped(KeyboardInterrupt):
@@ -58,33 +57,26 @@ def _local_ray():
     return ray if getattr(node, "head", False) else None
 
 
-def nap(seconds: float) -> None:
-    """time.sleep in slices of at most a second: a Ctrl-C or SIGTERM that lands on another thread
-    of the process only marks its handler pending, which the main thread runs when it wakes."""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(1.0, left))
-
-
 def bounded(fn, timeout_s: float) -> bool:
-    """fn() in a daemon thread; whether it returned within timeout_s."""
+    """A shutdown fn() in a daemon thread; whether it returned within timeout_s (if not, `stuck`)."""
+    global stuck
     t = threading.Thread(target=fn, name=f"bounded-{fn.__name__}", daemon=True)
     t.start()
     t.join(timeout_s)
+    stuck = stuck or t.is_alive()
     return not t.is_alive()
 
 
 def shutdown_local_ray() -> None:
     """ray.shutdown(), bounded (after a Ctrl-C to the whole process group its raylet may be gone,
     and the shutdown can wait on it), then end whatever of this process's children outlived it."""
-    global stuck
     import psutil
 
     ray = _local_ray()
     if ray is None:
         return
     children = psutil.Process().children(recursive=True)
-    stuck = not bounded(ray.shutdown, SHUTDOWN_S) or stuck
+    bounded(ray.shutdown, SHUTDOWN_S)
     alive = [p for p in children if p.is_running()]
     for p in alive:
         with contextlib.suppress(psutil.Error):

@@ -40,7 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pipelines import logs, raylife
+from pipelines import logs
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.learn.gate import decide, register, report, with_model
@@ -95,7 +95,7 @@ def loop(cfg: Config, req: Request, state: dict, out: str, tracker, deadline: fl
             if not waiting:
                 print(f"continuous: waiting for new task files in {state['tasks']}", file=logs.console(), flush=True)
             waiting = True
-            raylife.nap(poll if deadline is None else max(0.0, min(poll, deadline - time.time())))
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.time())))
             continue
         waiting = False
         state["current"] = rnd

@@ -14,6 +14,7 @@ the app and that Ray (pipelines/raylife.py).
 from __future__ import annotations
 
 import os
+import time
 
 from pipelines import raylife
 from pipelines.config import Config
@@ -142,10 +143,9 @@ def stop(cfg: Config, shutdown_ray: bool = True, timeout_s: float = 30.0) -> Non
     import ray
     from ray import serve
 
-    done = raylife.bounded(serve.shutdown, timeout_s)
+    raylife.bounded(serve.shutdown, timeout_s)
     if shutdown_ray:
-        done = raylife.bounded(ray.shutdown, timeout_s) and done
-    raylife.stuck = raylife.stuck or not done
+        raylife.bounded(ray.shutdown, timeout_s)
 
 
 def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> None:
@@ -156,7 +156,7 @@ def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> 
           f"(serve.allowed_paths, serve.allowed_s3_prefixes)", flush=True)
     try:
         while True:
-            raylife.nap(3600)
+            time.sleep(3600)
     finally:
         stop(cfg)
 

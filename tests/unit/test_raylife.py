@@ -9,10 +9,11 @@ from pipelines import raylife
 from tests.conftest import REPO
 
 
-def test_bounded_reports_a_call_that_does_not_return():
+def test_bounded_reports_a_call_that_does_not_return(monkeypatch):
+    monkeypatch.setattr(raylife, "stuck", False)  # restored after the test
     never = threading.Event()
-    assert raylife.bounded(lambda: None, 5.0)
-    assert not raylife.bounded(never.wait, 0.2)
+    assert raylife.bounded(lambda: None, 5.0) and not raylife.stuck
+    assert not raylife.bounded(never.wait, 0.2) and raylife.stuck
     never.set()
 
 
