@@ -11,6 +11,8 @@ so the benchmark can be stopped and re-run across sessions.
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
     .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
     .venv/bin/python benchmarks/learning.py --stages eval --ladder rl   # a trained model at 1x..16x
+    .venv/bin/python benchmarks/learning.py --stages sft,eval --models sft --work W --results R \
+        --previous benchmarks/results/learning      # a changed SFT recipe, paired against the committed run
 
 Needles: training documents are 2-4 chunks of 256 tokens (512-1024 tokens); 1x is 1K, 4x is 4K.
 The cells that carry a target (SFT vs base at 1x, RL vs SFT and the memory agent vs truncation
@@ -26,7 +28,8 @@ same rows. Cells already in the results folder stand for a model this session di
 The last line is one JSON object: {"base", "sft", "rl": {task: {length: sub_em}}, "ci95": {task:
 {length: {method: [mean, lo, hi]}}}, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}},
 "ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "ladder": {model:
-{task: {length: {method: [mean, lo, hi, n]}}}}, "train_minutes"}.
+{task: {length: {method: [mean, lo, hi, n]}}}}, "train_minutes"}; with --previous also
+"paired_vs_previous": {model: {task: {length: [mean, lo, hi, n]}}} (this run minus that one).
 
 The ladder (`--ladder MODEL`): one trained model at 1x, 2x, 4x, 8x and 16x the training length,
 the memory agent and the truncation baseline, n = --n-other rows a cell, in one resumable
@@ -259,6 +262,20 @@ def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[st
     return out
 
 
+def against(done: dict[Cells, Path], previous: Path, tasks: list[str]) -> dict:
+    """This run minus PREVIOUS's same-named memory-agent cells, paired over shared rows:
+    {model: {task: {length: [mean, lo, hi, n]}}} (points)."""
+    out: dict = {}
+    for c, folder in done.items():
+        old = previous / c.name
+        if c.method == "memagent" and (old / "summary.json").exists():
+            by = {("previous", c.method, c.length): old, ("this", c.method, c.length): folder}
+            if d := pairs(by, tasks, "previous", "this", (c.length,)):
+                for task, lengths in d.items():
+                    out.setdefault(c.model, {}).setdefault(task, {}).update(lengths)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -271,6 +288,8 @@ def main() -> None:
     p.add_argument("--rl-steps", type=int)
     p.add_argument("--models", help="evaluate only these models' cells, e.g. rl-rollout_mean (default: every trained one)")
     p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
+    p.add_argument("--previous", help="another run's results folder: each model's memory-agent cells paired "
+                                      "against that run's same-named ones (e.g. a new SFT recipe against the old)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
@@ -305,6 +324,7 @@ def main() -> None:
             evaluate(lad, models[args.ladder], results, tasks, suite.agent)
     done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
     summary = {**summarize(done, tasks.split(","), suite.lengths), "ladder": ladders(results, n_other),
+               **({"paired_vs_previous": against(done, Path(args.previous), tasks.split(","))} if args.previous else {}),
                "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
     results.mkdir(parents=True, exist_ok=True)

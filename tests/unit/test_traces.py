@@ -35,8 +35,19 @@ def run(row: TaskRow, codec: ChatCodec, chunk_size: int, limits: LoopLimits = LI
     return chunks, sft_trace(row, chunks, codec, TEMPLATES, limits)
 
 
+def read_so_far(pieces: list[str], read: str) -> list[str]:
+    """Each piece read whole, or, where the text read ends inside it, its part read if that is at
+    least half of it (the rule as a reader of the documents states it)."""
+    out = []
+    for p in pieces:
+        cut = [p[:k] for k in range((len(p) + 1) // 2, len(p)) if read.endswith(p[:k])]
+        out += [p] if p in read else [max(cut, key=len)] if cut else []
+    return out
+
+
 def check_turns(row, chunks, turns, codec, limits=LIMITS):
-    """Budgets, EOS, and each memory = the evidence read so far (whole pieces, nothing from later chunks)."""
+    """Budgets, EOS, and each memory = the evidence read so far (whole pieces, a cut piece's part
+    read, nothing from later chunks)."""
     eos = codec.tokenizer.eos_token_id
     assert len(turns) == len(chunks) + 1 and turns[-1].is_final and not any(t.is_final for t in turns[:-1])
     for k, turn in enumerate(turns[:-1]):
@@ -47,9 +58,9 @@ def check_turns(row, chunks, turns, codec, limits=LIMITS):
         if turn.text == TEMPLATES.initial_memory:
             assert not any(p in read for p in pieces)
             continue
-        assert all(line in pieces and line in read for line in turn.text.split("\n"))
+        assert all(line in read_so_far(pieces, read) for line in turn.text.split("\n"))
         if limits is LIMITS:  # the budget holds everything: the memory is exactly the pieces read
-            assert turn.text.split("\n") == [p for p in pieces if p in read]
+            assert turn.text.split("\n") == read_so_far(pieces, read)
     final = turns[-1]
     assert len(final.response_ids) <= limits.final_budget and final.response_ids[-1] == eos
     answer = ", ".join(row.answers) if row.answer_kind == "all_of" else row.answers[0]
@@ -64,7 +75,7 @@ def test_select_memory_keeps_whole_pieces_earliest_first():
     assert select_memory(["a b"], 1, words, "none") == "none" == select_memory([], 9, words, "none")
 
 
-def test_reader_counts_a_piece_only_once_all_its_tokens_are_read(codec):
+def test_reader_counts_a_piece_whole_only_once_all_its_tokens_are_read(codec):
     needle = "One of the special magic numbers for calm-lake is: 4411223."
     text = "The grass is green. " * 10 + needle + " Here we go." * 10
     piece = NEEDLE.search(text).group(0)
@@ -73,7 +84,7 @@ def test_reader_counts_a_piece_only_once_all_its_tokens_are_read(codec):
     n = len(codec.encode(piece))
     reader = EvidenceReader("s", [Evidence(piece, offset)], codec)
     reader.read(ids[:offset + n - 1])  # all but the needle's last token (the final ".")
-    assert reader.seen == []
+    assert reader.seen == [piece[:-1]]  # its part read
     reader.read(ids[offset + n - 1:offset + n])
     assert reader.seen == [piece]
     wrong = EvidenceReader("row-9", [Evidence(piece, offset + 40)], codec)
@@ -81,6 +92,21 @@ def test_reader_counts_a_piece_only_once_all_its_tokens_are_read(codec):
         wrong.read(ids[i:i + 16])
     with pytest.raises(UserError, match="^task row 'row-9': evidence 'One of .* not found in its document near token"):
         wrong.finish()
+
+
+@pytest.mark.parametrize("cut, kept", [("calm-lake is:", "One of the special magic numbers for calm-lake is:"),
+                                        ("magic", None)])
+def test_a_needle_cut_by_the_chunk_end_is_kept_as_far_as_read_if_half_of_it_was(codec, cut, kept):
+    needle = "One of the special magic numbers for calm-lake is: 4411223."
+    text = "The grass is green. " * 10 + needle + " Here we go." * 10
+    offset = len(codec.encode(text[:text.index(needle) - 1]))
+    ids = codec.encode(text)
+    end = len(codec.encode(text[:text.index(cut) + len(cut)]))
+    reader = EvidenceReader("s", [Evidence(needle, offset)], codec)
+    reader.read(ids[:end])
+    assert reader.seen == ([kept] if kept else [])
+    reader.read(ids[end:end + 32])
+    assert reader.seen == [needle]
 
 
 @pytest.mark.parametrize("chunk_size", [128, 500])
@@ -92,7 +118,7 @@ def test_multikey_memory_holds_the_queried_needle_only(tokenizer, codec, chunk_s
         distractors = [n for n in NEEDLE.findall(row.context) if n != asked]
         assert len(distractors) == 3
         assert not any(d in t.text for t in turns for d in distractors)
-        assert turns[-2].text == asked and turns[0].text in (TEMPLATES.initial_memory, asked)
+        assert turns[-2].text == asked and (turns[0].text == TEMPLATES.initial_memory or asked.startswith(turns[0].text))
         assert any(t.text == TEMPLATES.initial_memory for t in turns[:-1]) or row.evidence[0].offset < chunk_size
 
 
