@@ -17,6 +17,16 @@ from tests.conftest import REPO, free_port
 pytestmark = pytest.mark.slow
 
 
+def sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def signal_masks(pid: int) -> str:
+    """The main thread's signal masks (hex bit sets; SIGINT is 0x2), read from /proc."""
+    lines = open(f"/proc/{pid}/task/{pid}/status").read().splitlines()
+    return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+
 
 def wait_serving(proc: subprocess.Popen, stdout, timeout: float = 300) -> str:
     deadline = time.monotonic() + timeout
@@ -37,10 +47,10 @@ def test_stopping_serve_leaves_no_process_of_its_ray(how, smollm2_dir, tmp_path)
             "engine.dtype=float32", "engine.max_model_len=1024", "serve.replica_cpus=0.5",
             f"serve.state_dir={tmp_path / 'state'}"]
     with open(out, "w") as o, open(err, "w") as e:
-        # SIGINT at its default, as a shell starts a command: an ignored SIGINT is inherited, and in
-        # whole runs the child once ignored it (stack dump: still napping 180 s after SIGINT).
-        proc = subprocess.Popen(args, cwd=REPO, stdout=o, stderr=e, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # SIGINT at its default and unblocked, as a shell starts a command: an ignored or blocked
+        # SIGINT is inherited, and in whole runs the child once never ran its handler (stack dump:
+        # still napping 180 s after SIGINT).
+        proc = subprocess.Popen(args, cwd=REPO, stdout=o, stderr=e, start_new_session=True, preexec_fn=sigint_default)
     cluster: list[psutil.Process] = []
     try:
         wait_serving(proc, out)
@@ -55,10 +65,11 @@ def test_stopping_serve_leaves_no_process_of_its_ray(how, smollm2_dir, tmp_path)
         try:
             rc = proc.wait(timeout=180)
         except subprocess.TimeoutExpired:
+            masks = signal_masks(proc.pid)  # ignored (SigIgn), blocked (SigBlk) or pending (SigPnd/ShdPnd)
             proc.send_signal(signal.SIGUSR1)  # the CLI writes every thread's stack to its log: what it waits on
             time.sleep(3)
             log = err.read_text().split("memagent: library logs: ")[-1].split(" ")[0]
-            raise AssertionError(f"not stopped after 180 s; its log {log}:\n{open(log).read()[-8000:]}") from None
+            raise AssertionError(f"not stopped after 180 s ({masks}); its log {log}:\n{open(log).read()[-8000:]}") from None
         last = err.read_text().strip().splitlines()[-1]
         if how == "sigterm":
             assert rc == 128 + signal.SIGTERM and last == "memagent: stopped (SIGTERM)", (rc, last)
