@@ -6,11 +6,12 @@ agent that keeps exactly what answers the question:
 - each memory turn writes the evidence pieces (task row `evidence`) read so far, one per
   line, earliest first; pieces that would overflow the memory budget are left out whole;
   before any evidence, the template's initial memory;
-- a piece that the chunk's end cuts is written as far as it was read, once at least half of it
-  was (`PARTIAL`), and whole after the next chunk: the agent keeps "... for calm-lake is:"
-  and completes it from the number that opens the next chunk. Without this the traces kept
-  the initial memory there, and the trained agent then lost every needle so cut (7 of the 11
-  wrong answers of 200 held-out niah_single rows at 4K, 2026-12-04);
+- a piece that the chunk's end cuts is written as far as it was read, and whole after the next
+  chunk: the agent keeps "... for calm-lake is:" and completes it from the number that opens
+  the next chunk. Traces that kept the initial memory there taught an agent that lost 11 of the
+  15 needles so cut in 200 held-out niah_single rows at 4K (and 1 of the other 185); traces
+  that kept a cut piece only once half of it was read still lost 6, mostly needles cut early,
+  which that agent copied as read ("One") and never completed (README, Learning);
 - the final turn writes `\\boxed{gold}` (the first gold answer; every answer, comma-separated,
   for all-of rows).
 
@@ -25,7 +26,6 @@ every machine.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -39,7 +39,6 @@ from pipelines.ingest.tasks import Evidence, TaskRow, require_evidence, task_chu
 
 SLACK = 2  # tokens a piece's recorded span may be off (BPE merges across its edges)
 SEP = "\n"
-PARTIAL = 0.5  # a cut piece is kept as far as it was read once at least this share of its text was
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class EvidenceReader:
         found = [(p, n) for p, n in due if p.text in text]
         self._pending = [x for x in self._pending if x not in found]
         self._seen += [p for p, _ in found]
-        begun = (read_part(p, text) for p, _ in self._pending if p.offset < self._read)
+        begun = (read_part(p, text) for p, n in self._pending if p.offset < self._read < p.offset + n + SLACK)
         self._part = [p for p in begun if p is not None]
         self._tail = window[-self._keep:] if self._keep else []
 
@@ -118,10 +117,9 @@ class EvidenceReader:
 
 
 def read_part(piece: Evidence, text: str) -> Evidence | None:
-    """The longest start of the piece that ends `text` (the piece cut there), if at least
-    PARTIAL of the piece's text; None otherwise."""
+    """The longest start of the piece that ends `text` (the piece cut there); None if none does."""
     body = piece.text.strip()
-    for k in range(len(body) - 1, math.ceil(len(body) * PARTIAL) - 1, -1):
+    for k in range(len(body) - 1, 0, -1):
         if text.endswith(body[:k]):
             return Evidence(body[:k], piece.offset)
     return None

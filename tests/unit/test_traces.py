@@ -36,11 +36,11 @@ def run(row: TaskRow, codec: ChatCodec, chunk_size: int, limits: LoopLimits = LI
 
 
 def read_so_far(pieces: list[str], read: str) -> list[str]:
-    """Each piece read whole, or, where the text read ends inside it, its part read if that is at
-    least half of it (the rule as a reader of the documents states it)."""
+    """Each piece read whole, or, where the text read ends inside it, its part read (the rule as
+    a reader of the documents states it)."""
     out = []
     for p in pieces:
-        cut = [p[:k] for k in range((len(p) + 1) // 2, len(p)) if read.endswith(p[:k])]
+        cut = [p[:k] for k in range(1, len(p)) if read.endswith(p[:k])]
         out += [p] if p in read else [max(cut, key=len)] if cut else []
     return out
 
@@ -94,9 +94,8 @@ def test_reader_counts_a_piece_whole_only_once_all_its_tokens_are_read(codec):
         wrong.finish()
 
 
-@pytest.mark.parametrize("cut, kept", [("calm-lake is:", "One of the special magic numbers for calm-lake is:"),
-                                        ("magic", None)])
-def test_a_needle_cut_by_the_chunk_end_is_kept_as_far_as_read_if_half_of_it_was(codec, cut, kept):
+@pytest.mark.parametrize("cut", ["calm-lake is:", "One of the special magic", "One"])
+def test_a_needle_cut_by_the_chunk_end_is_kept_as_far_as_read(codec, cut):
     needle = "One of the special magic numbers for calm-lake is: 4411223."
     text = "The grass is green. " * 10 + needle + " Here we go." * 10
     offset = len(codec.encode(text[:text.index(needle) - 1]))
@@ -104,7 +103,7 @@ def test_a_needle_cut_by_the_chunk_end_is_kept_as_far_as_read_if_half_of_it_was(
     end = len(codec.encode(text[:text.index(cut) + len(cut)]))
     reader = EvidenceReader("s", [Evidence(needle, offset)], codec)
     reader.read(ids[:end])
-    assert reader.seen == ([kept] if kept else [])
+    assert reader.seen == [needle[:needle.index(cut) + len(cut)]]
     reader.read(ids[end:end + 32])
     assert reader.seen == [needle]
 
