@@ -5,7 +5,7 @@ Reads the learning benchmark's memory-agent cells (no model is run); rebuilds ea
 with the same builders and seed to find the needle and cut the document as the agent did.
 
     .venv/bin/python benchmarks/needle_cuts.py                       # sft and rl, 4K, both needle tasks
-    .venv/bin/python benchmarks/needle_cuts.py --results benchmarks/results/learning-2 --models sft
+    .venv/bin/python benchmarks/needle_cuts.py --results benchmarks/results/learning-cuts --models sft
 
 Last line JSON: {model: {task: {"whole": [correct, n], "cut": [correct, n]}}}.
 """
@@ -13,7 +13,6 @@ Last line JSON: {model: {task: {"whole": [correct, n], "cut": [correct, n]}}}.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
+from benchmarks.learning import Cells, scores  # noqa: E402
 
 
 def cut_rows(task: str, tokens: int, n: int, chunk_size: int) -> dict[str, bool]:
@@ -44,8 +44,6 @@ def cut_rows(task: str, tokens: int, n: int, chunk_size: int) -> dict[str, bool]
 
 
 def main() -> None:
-    import pyarrow.parquet as pq
-
     from pipelines.eval.stats import parse_length
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,14 +58,15 @@ def main() -> None:
     for task in args.tasks.split(","):
         cut = cut_rows(task, parse_length(args.length), args.n, args.chunk_size)
         for model in args.models.split(","):
-            path = Path(args.results) / model / f"memagent-{args.length}-n{args.n}" / "cells" / task / args.length / "memagent.parquet"
-            if not path.exists():
-                print(f"needle_cuts: no cell {path}", file=sys.stderr)
+            folder = Path(args.results) / Cells(model, "memagent", args.length, args.n).name
+            rows = scores(folder, task, args.length, "memagent")
+            if not rows:
+                print(f"needle_cuts: no {task} cell in {folder}", file=sys.stderr)
                 continue
             split = {"whole": [0, 0], "cut": [0, 0]}
-            for r in pq.read_table(path, columns=["sample_id", "sub_em"]).to_pylist():
-                kind = split["cut" if cut[r["sample_id"]] else "whole"]
-                kind[0], kind[1] = kind[0] + int(r["sub_em"] == 1.0), kind[1] + 1
+            for sample_id, sub_em in rows.items():
+                kind = split["cut" if cut[sample_id] else "whole"]
+                kind[0], kind[1] = kind[0] + int(sub_em == 1.0), kind[1] + 1
             summary.setdefault(model, {})[task] = split
             print(f"{model:4s} {task:14s} needle whole {split['whole'][0]}/{split['whole'][1]}, "
                   f"cut by a chunk boundary {split['cut'][0]}/{split['cut'][1]}", file=sys.stderr)

@@ -94,13 +94,14 @@ class EvidenceReader:
     def read(self, chunk: list[int]) -> None:
         window = self._tail + list(chunk)
         self._read += len(chunk)
-        text = self._codec.decode(window)
         due = [(p, n) for p, n in self._pending if p.offset + n - SLACK <= self._read]
+        begun = [(p, n) for p, n in self._pending if p.offset < self._read < p.offset + n + SLACK]
+        text = self._codec.decode(window) if due or begun else ""  # most chunks hold no evidence
         found = [(p, n) for p, n in due if p.text in text]
         self._pending = [x for x in self._pending if x not in found]
         self._seen += [p for p, _ in found]
-        begun = (read_part(p, text) for p, n in self._pending if p.offset < self._read < p.offset + n + SLACK)
-        self._part = [p for p in begun if p is not None]
+        parts = (read_part(p, text) for p, n in begun if (p, n) not in found)
+        self._part = [p for p in parts if p is not None]
         self._tail = window[-self._keep:] if self._keep else []
 
     def follow(self, chunks: Iterable[list[int]]) -> Iterator[list[int]]:
