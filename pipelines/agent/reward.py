@@ -3,13 +3,24 @@
 Any callable `(response: str, answers: list[str]) -> float` is a reward.
 
 - strict_reward: the training verifier (last \\boxed{}, light normalisation, exact match).
-- lenient_scores: the test verifier, SQuAD/HotpotQA style: em, sub_em (the paper's
-  "accuracy"), token f1, each the max over gold answers.
+- lenient_scores: SQuAD/HotpotQA style on the extracted answer: em, sub_em (the paper's
+  "accuracy": a prediction inside the gold counts, so `8` scores 1 against 8624779), token f1,
+  each the max over gold answers.
 - recall_all: list-all tasks (RULER string_match_all): fraction of gold items present.
 
-By answer kind (`one_of`: any gold answer is right; `all_of`: every gold item is needed):
-default_reward (the training reward), score / accuracy (the test verifier; all-of rows score
-recall_all under every name), answer_recall (a diagnostic on the raw answer).
+The test verifier's scores of a prediction (the extracted \\boxed{} answer), by answer kind
+(`one_of`: any gold answer is right; `all_of`: every gold item is needed), SCORES in order:
+- strict, the headline everywhere: a row is right when the prediction claims every gold item
+  and nothing else. One-of rows: SQuAD's em (normalized prediction equals a gold answer).
+  All-of rows: the prediction split into items (LIST_SEPARATORS: commas, semicolons, new
+  lines, "and", "&"), each normalized, must be exactly the set of gold items. A gold item that
+  itself holds a separator can never match: none of the builders' tasks has one.
+- em: = strict (all-of rows: the same set match).
+- f1: SQuAD's token f1 (all-of rows: f1 of the predicted items against the gold items).
+- sub_em: the paper's, lenient (all-of rows: recall_all, RULER's string_match_all).
+For QA tasks (hotpotqa, squad, imported rows) the tables show f1 and sub_em beside the
+strict em; for needle and list tasks sub_em alone (f1 of a 7-digit number says nothing).
+default_reward is the training reward; answer_recall a diagnostic on the raw answer.
 """
 
 from __future__ import annotations
@@ -108,15 +119,59 @@ def default_reward(answer_kind: str) -> Reward:
     return boxed_recall if answer_kind == "all_of" else strict_reward
 
 
+SCORES = ("strict", "em", "f1", "sub_em")  # the test verifier's, headline first
+SCORE_LABELS = {"strict": "strict", "em": "em", "f1": "f1", "sub_em": "sub_em (paper's, lenient)"}
+LIST_SEPARATORS = re.compile(r",|;|\n|&|\band\b", re.IGNORECASE)
+LIST_TASKS = ("vt", "fwe")  # with every niah_* task: the synthetic needle and list tasks
+
+
+def list_items(prediction: str) -> set[str]:
+    """An all-of answer's items: split on LIST_SEPARATORS, each normalized, empty ones dropped."""
+    return {item for item in map(normalize_answer, LIST_SEPARATORS.split(prediction)) if item}
+
+
+def _item_f1(prediction: str, answers: list[str]) -> float:
+    pred, gold = list_items(prediction), {normalize_answer(a) for a in answers}
+    common = len(pred & gold)
+    return 0.0 if common == 0 else 2 * common / (len(pred) + len(gold))
+
+
 def score(name: str, prediction: str | None, answers: list[str], answer_kind: str) -> float:
-    """One test score (em, sub_em or f1) of a prediction; all-of rows: recall_all under each name."""
+    """One test score (SCORES) of a prediction; see the module's docstring for each."""
+    if name not in SCORES:
+        raise ValueError(f"score '{name}': not one of {', '.join(SCORES)}")
+    if not prediction or not answers:
+        return 0.0
     if answer_kind == "all_of":
-        return recall_all(prediction or "", answers)
-    return _best(LENIENT[name], prediction or "", answers)
+        if name == "sub_em":
+            return recall_all(prediction, answers)
+        if name == "f1":
+            return _item_f1(prediction, answers)
+        return float(list_items(prediction) == {normalize_answer(a) for a in answers})
+    return _best(LENIENT["em" if name == "strict" else name], prediction, answers)
+
+
+def strict_score(prediction: str | None, answers: list[str], answer_kind: str) -> float:
+    """The headline test score: every gold item claimed and nothing else (module docstring)."""
+    return score("strict", prediction, answers, answer_kind)
+
+
+def scores(prediction: str | None, answers: list[str], answer_kind: str) -> dict[str, float]:
+    return {name: score(name, prediction, answers, answer_kind) for name in SCORES}
+
+
+def is_qa(task: str) -> bool:
+    """QA tasks (hotpotqa, squad, imported rows) show f1 beside em; needle and list tasks do not."""
+    return not task.startswith("niah") and task not in LIST_TASKS
+
+
+def beside(task: str) -> tuple[str, ...]:
+    """The scores a table shows beside the headline strict score for this task."""
+    return ("f1", "sub_em") if is_qa(task) else ("sub_em",)
 
 
 def accuracy(prediction: str | None, answers: list[str], answer_kind: str) -> float:
-    """The paper's accuracy (sub_em), what a trajectory carries."""
+    """The paper's accuracy (sub_em, lenient), what a trajectory carries."""
     return score("sub_em", prediction, answers, answer_kind)
 
 

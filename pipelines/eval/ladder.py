@@ -9,8 +9,8 @@ whole ladder, one stream per method over all its unfinished cells. A cell is sav
 moment its last row is in, so a re-run skips finished cells; the records of an unfinished
 cell are checkpointed every eval.checkpoint_rows rows (and when the run stops on an error or
 Ctrl-C), so a re-run also skips the rows already done. Prints the table in the paper's
-layout (sub_em % with a 95% interval) and logs metrics, table, plot and memory traces to
-MLflow as `eval/{task}/{length}/{sub_em,em,f1}`.
+layout (the strict score % with a 95% interval, the paper's lenient sub_em beside it) and logs
+metrics, table, plot and memory traces to MLflow as `eval/{task}/{length}/{strict,em,f1,sub_em}`.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     import ray
     from transformers import AutoTokenizer
 
+    from pipelines import runtime
     from pipelines.models import config_model_dir
     from pipelines.progress import Progress
-    from pipelines.rollout.service import ensure_ray
     from pipelines.rollout.worker import close_workers, start_workers
 
     rcfg = rollout_config(cfg)
@@ -98,7 +98,7 @@ def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers
     pool = list(workers or [])
     try:
         if workers is None:
-            ensure_ray()
+            runtime.connect()
             pool = start_workers(rcfg)  # each resolves the model on its own node
         tokenizer = AutoTokenizer.from_pretrained(path)
         for method in dict.fromkeys(c[2] for c in todo):

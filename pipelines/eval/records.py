@@ -1,7 +1,8 @@
 """One ladder record per (cell, row): built from a rollout Trajectory, or from a quarantined row.
 
 A record keeps what the table, the CSV and the memory traces need, never the document or
-the token ids: the question, gold answers, prediction, raw answer, scores, document tokens,
+the token ids: the question, gold answers and their kind, prediction, raw answer, scores
+(pipelines.agent.reward.SCORES, strict first, computed from the prediction), document tokens,
 turns, the memory (every step for the first `traces` rows of a cell, else the last one).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.agent.reward import answer_recall, score
+from pipelines.agent.reward import answer_recall, scores
 from pipelines.ingest.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
 
@@ -28,9 +29,9 @@ class RowRef:
 
 def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
     return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method, "index": index,
-            "question": row.question, "answers": list(row.answers), "prediction": None, "answer": "",
-            "em": 0.0, "sub_em": 0.0, "f1": 0.0, "answer_recall": 0.0, "doc_tokens": 0, "turns": 0,
-            "truncated": False, "error": None, "memory": [], "seconds": 0.0}
+            "question": row.question, "answers": list(row.answers), "answer_kind": row.answer_kind,
+            "prediction": None, "answer": "", "strict": 0.0, "em": 0.0, "sub_em": 0.0, "f1": 0.0,
+            "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0}
 
 
 def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
@@ -40,8 +41,7 @@ def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
                turns=len(t.turns), truncated=t.truncated,
                memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
     row = ref.row
-    rec.update(sub_em=t.accuracy, em=score("em", t.prediction, row.answers, row.answer_kind),
-               f1=score("f1", t.prediction, row.answers, row.answer_kind),
+    rec.update(scores(t.prediction, row.answers, row.answer_kind),
                answer_recall=answer_recall(t.answer, row.answers, row.answer_kind))
     return rec
 

@@ -1,7 +1,9 @@
 """The ladder's outputs: the table in the paper's layout, a CSV, a PNG, readable memory traces.
 
-Table: one block per task, one row per method, one column per length; each cell is
-sub_em in % with its 95% interval (the paper's "accuracy"), n/a where a method cannot run.
+Table: one block per task, one row per method, one column per length; each cell leads with the
+strict score in % with its 95% interval, the lenient ones beside it in parentheses (needles:
+the paper's sub_em; QA tasks: f1 and sub_em; pipelines.agent.reward.beside), n/a where a
+method cannot run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import csv
 import io
 from pathlib import Path
 
+from pipelines.agent.reward import SCORE_LABELS, beside
 from pipelines.eval.stats import parse_length
 from pipelines.track.metrics import EVAL_SCORES, eval_metric
 
@@ -18,20 +21,29 @@ LABELS = {"memagent": "MemAgent (memory loop)", "truncation": "no memory (trunca
           "full": "full document", "base": "base model (memory loop)"}
 
 
-def pct(cell: dict, score: str = "sub_em") -> str:
+def pct(cell: dict, score: str = "strict") -> str:
     if cell["na"]:
         return "n/a"
     return f"{100 * cell[score]:.1f} [{100 * cell[score + '_lo']:.1f}, {100 * cell[score + '_hi']:.1f}]"
 
 
-def format_table(summary: Summary, tasks, lengths, methods, score: str = "sub_em") -> str:
+def table_cell(cell: dict, task: str) -> str:
+    """strict % [interval] (lenient scores beside it, unlabelled: the block's heading names them)."""
+    if cell["na"]:
+        return "n/a"
+    others = ", ".join(f"{100 * cell[s]:.1f}" for s in beside(task))
+    return f"{pct(cell)} ({others})"
+
+
+def format_table(summary: Summary, tasks, lengths, methods) -> str:
     lines = []
     for task in tasks:
         n = max((summary[k]["n"] for k in summary if k[0] == task), default=0)
-        lines += [f"### {task}: {score} % [95% interval], n={n} per cell", "",
+        others = ", ".join(SCORE_LABELS[s] for s in beside(task))
+        lines += [f"### {task}: strict % [95% interval] ({others} %), n={n} per cell", "",
                   "| method | " + " | ".join(lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
         for m in methods:
-            cells = [pct(summary[(task, ln, m)], score) if (task, ln, m) in summary else "-" for ln in lengths]
+            cells = [table_cell(summary[(task, ln, m)], task) if (task, ln, m) in summary else "-" for ln in lengths]
             lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -60,8 +72,8 @@ def flat_metrics(summary: Summary) -> dict[str, float]:
     return out
 
 
-def plot(summary: Summary, tasks, lengths, methods, path: Path, score: str = "sub_em") -> Path:
-    """Accuracy against length: one colour per task, the memory agent solid, baselines dashed."""
+def plot(summary: Summary, tasks, lengths, methods, path: Path, score: str = "strict") -> Path:
+    """The strict score against length: one colour per task, the memory agent solid, baselines dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,7 +91,7 @@ def plot(summary: Summary, tasks, lengths, methods, path: Path, score: str = "su
     ax.set_xscale("log", base=2)
     ax.set_xticks([parse_length(ln) for ln in lengths], labels=list(lengths))
     ax.set_xlabel("document length (tokens)")
-    ax.set_ylabel(f"{score} (%)")
+    ax.set_ylabel(f"{SCORE_LABELS.get(score, score)} (%)")
     ax.set_ylim(-2, 102)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -93,7 +105,8 @@ def trace_markdown(rec: dict) -> str:
     """One sample's memory after every chunk, then its answer: what the agent kept, readable."""
     head = [f"# {rec['task']} {rec['length']} {rec['sample_id']} ({rec['method']})", "",
             f"gold: {rec['answers']}", f"prediction: {rec['prediction']}",
-            f"scores: sub_em={rec['sub_em']:.2f} em={rec['em']:.2f} f1={rec['f1']:.2f}", ""]
+            f"scores: strict={rec['strict']:.2f} em={rec['em']:.2f} f1={rec['f1']:.2f} "
+            f"sub_em (paper's, lenient)={rec['sub_em']:.2f}", ""]
     head[1:1] = [f"question: {rec.get('question')}"]
     body = [f"## memory after chunk {i}\n\n{m}\n" for i, m in enumerate(rec["memory"], 1)]
     return "\n".join(head + body + ["## answer", "", rec["answer"]])

@@ -8,6 +8,10 @@ A cell file appears only when the whole cell is done (written to a temporary nam
 moved), so a re-run skips exactly the finished cells and never sees half a cell. Until then
 its records are checkpointed as part files; a re-run takes them back and runs only the rest
 of the cell's rows, and the parts are deleted once the cell file is written.
+
+Cells written before the strict score lack its column (and the answers' kind): a reader
+computes every score from the stored prediction and answers (`rescored`), so old folders read
+as new ones and a resumed cell never mixes the two.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from pipelines.agent import reward
 from pipelines.errors import UserError
 from pipelines.eval.stats import mean_ci
 from pipelines.storage import first_line, is_s3, resolve
 
-SCORES = ("sub_em", "em", "f1", "answer_recall")
+SCORES = (*reward.SCORES, "answer_recall")  # strict first: the headline
+# The builders' all-of tasks: the answers' kind of a record written before records kept it.
+LEGACY_ALL_OF = ("niah_multivalue", "niah_multiquery", "vt", "fwe")
 RECORD_VERSION = 2  # bump when a record gains or changes a field: old folders are then refused
 
 
@@ -73,9 +80,16 @@ def write_cell(records: list[dict], uri: str) -> None:
 def read_cell(uri: str) -> list[dict]:
     fs, path = resolve(uri)
     try:
-        return pq.read_table(path, filesystem=fs).to_pylist()
+        records = pq.read_table(path, filesystem=fs).to_pylist()
     except (OSError, pa.ArrowInvalid) as e:
         raise UserError(f"eval results '{uri}': unreadable ({first_line(e)}); delete it to recompute") from None
+    return [r if "strict" in r else rescored(r) for r in records]
+
+
+def rescored(record: dict) -> dict:
+    """A record's test scores computed again from its prediction and answers (see the module's docstring)."""
+    kind = record.get("answer_kind") or ("all_of" if record.get("task") in LEGACY_ALL_OF else "one_of")
+    return {**record, "answer_kind": kind, **reward.scores(record.get("prediction"), list(record["answers"]), kind)}
 
 
 def summarize(records: list[dict]) -> dict:

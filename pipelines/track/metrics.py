@@ -61,7 +61,9 @@ SERVE_MODEL_VERSION = "serve/model_version"  # one point per model load by a rep
 SERVE = (SERVE_DOCUMENTS, SERVE_FAILED, SERVE_TOKENS_PER_S, SERVE_DOCUMENTS_PER_S, SERVE_MODEL_VERSION)
 
 # eval: per task and length; the memory agent without a method segment, baselines with one
-EVAL_SCORES = ("sub_em", "em", "f1", "answer_recall")  # answer_recall: gold anywhere in the answer
+# strict: the headline (pipelines.agent.reward); sub_em: the paper's, lenient; answer_recall: gold
+# anywhere in the raw answer. The held-out check of training runs and the gate log strict.
+EVAL_SCORES = ("strict", "em", "f1", "sub_em", "answer_recall")
 EVAL_METHOD_MAIN = "memagent"
 
 

@@ -7,7 +7,7 @@ import pytest
 from pipelines.agent.direct import head_tail
 from pipelines.errors import UserError
 from pipelines.eval.report import flat_metrics, format_table
-from pipelines.eval.results import summarize
+from pipelines.eval.results import read_cell, summarize, write_cell
 from pipelines.eval.rows import nearest_length
 from pipelines.eval.stats import mean_ci, paired_diff, parse_length
 
@@ -62,25 +62,43 @@ def test_nearest_length_on_log_scale():
     assert nearest_length(100000, lengths) == "16K"
 
 
-def rec(sub_em, error=None, truncated=False):
-    return {"sub_em": sub_em, "em": sub_em, "f1": sub_em, "error": error, "truncated": truncated, "turns": 3}
+def rec(strict, error=None, truncated=False, sub_em=None):
+    sub_em = strict if sub_em is None else sub_em
+    return {"strict": strict, "sub_em": sub_em, "em": strict, "f1": strict, "error": error, "truncated": truncated,
+            "turns": 3}
 
 
 def test_summarize_and_table_layout():
     summary = {
-        ("niah", "4K", "memagent"): summarize([rec(1.0), rec(0.0)]),
+        ("niah", "4K", "memagent"): summarize([rec(1.0), rec(0.0, sub_em=1.0)]),
         ("niah", "4K", "full"): summarize([rec(1.0), rec(0.0, error="exceeds window")]),
         ("niah", "8K", "memagent"): summarize([rec(0.0), rec(0.0)]),
     }
-    assert summary[("niah", "4K", "memagent")]["sub_em"] == 0.5
+    assert summary[("niah", "4K", "memagent")]["strict"] == 0.5 and summary[("niah", "4K", "memagent")]["sub_em"] == 1.0
     assert summary[("niah", "4K", "full")]["na"] and summary[("niah", "4K", "full")]["errors"] == 1
     table = format_table(summary, ["niah"], ["4K", "8K"], ["memagent", "full"])
     lines = table.splitlines()
+    assert lines[0] == "### niah: strict % [95% interval] (sub_em (paper's, lenient) %), n=2 per cell"
     assert lines[2] == "| method | 4K | 8K |"
-    assert lines[4].startswith("| MemAgent (memory loop) | 50.0 [") and lines[4].endswith("| 0.0 [0.0, 65.8] |")
+    assert lines[4].startswith("| MemAgent (memory loop) | 50.0 [") and lines[4].endswith("] (100.0) | 0.0 [0.0, 65.8] (0.0) |")
     assert lines[5] == "| full document | n/a | - |"
-    assert flat_metrics(summary) == {"eval/niah/4K/sub_em": 0.5, "eval/niah/4K/em": 0.5, "eval/niah/4K/f1": 0.5,
-                                     "eval/niah/8K/sub_em": 0.0, "eval/niah/8K/em": 0.0, "eval/niah/8K/f1": 0.0}
+    assert flat_metrics(summary) == {"eval/niah/4K/strict": 0.5, "eval/niah/4K/sub_em": 1.0, "eval/niah/4K/em": 0.5,
+                                     "eval/niah/4K/f1": 0.5, "eval/niah/8K/strict": 0.0, "eval/niah/8K/sub_em": 0.0,
+                                     "eval/niah/8K/em": 0.0, "eval/niah/8K/f1": 0.0}
+    qa = format_table({("hotpotqa", "2K", "memagent"): summarize([rec(1.0)])}, ["hotpotqa"], ["2K"], ["memagent"])
+    assert "(f1, sub_em (paper's, lenient) %)" in qa.splitlines()[0] and qa.splitlines()[4].endswith("(100.0, 100.0) |")
+
+
+def test_a_cell_written_before_the_strict_score_reads_with_it(tmp_path):
+    """Old cells lack `strict` and `answer_kind`: the reader scores their stored predictions."""
+    old = [{"sample_id": "a", "task": "niah_single", "answers": ["8624779"], "prediction": "8", "em": 0.0,
+            "sub_em": 1.0, "f1": 0.0, "error": None},
+           {"sample_id": "b", "task": "vt", "answers": ["ABCDE", "FGHIJ"], "prediction": "ABCDE", "em": 0.5,
+            "sub_em": 0.5, "f1": 0.5, "error": None}]
+    write_cell(old, str(tmp_path / "cell.parquet"))
+    needle, chain = read_cell(str(tmp_path / "cell.parquet"))
+    assert (needle["strict"], needle["sub_em"], needle["answer_kind"]) == (0.0, 1.0, "one_of")
+    assert (chain["strict"], chain["em"], chain["sub_em"], chain["answer_kind"]) == (0.0, 0.0, 0.5, "all_of")
 
 
 def test_budgets_checked_before_any_engine_starts():

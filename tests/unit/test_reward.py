@@ -1,7 +1,8 @@
 import pytest
 
-from pipelines.agent.reward import (accuracy, answer_recall, default_reward, extract_boxed, lenient_scores,
-                                    normalize_answer, recall_all, score, strict_reward)
+from pipelines.agent.reward import (accuracy, answer_recall, default_reward, extract_boxed, is_qa, lenient_scores,
+                                    list_items, normalize_answer, recall_all, score, scores, strict_reward,
+                                    strict_score)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -50,11 +51,57 @@ def test_recall_all():
 
 
 def test_scores_by_answer_kind():
-    """One-of rows: lenient scores over the gold answers; all-of rows: recall_all under every name."""
-    assert [score(m, "It is Paris.", ["Paris", "Lyon"], "one_of") for m in ("em", "sub_em", "f1")] == [0.0, 1.0, 0.5]
+    """One-of rows: SQuAD's scores over the gold answers, strict = em; all-of rows: the exact item
+    set for strict and em, item f1, recall_all for the paper's sub_em."""
+    assert scores("It is Paris.", ["Paris", "Lyon"], "one_of") == {"strict": 0.0, "em": 0.0, "f1": 0.5, "sub_em": 1.0}
     assert accuracy("paris", ["Paris"], "one_of") == 1.0 and accuracy(None, ["Paris"], "one_of") == 0.0
-    assert [score(m, "red and blue", ["red", "blue", "green"], "all_of") for m in ("em", "sub_em", "f1")] == [2 / 3] * 3
+    # items {red, blue} against {red, blue, green}: precision 1, recall 2/3 -> f1 0.8
+    assert scores("red and blue", ["red", "blue", "green"], "all_of") == pytest.approx(
+        {"strict": 0.0, "em": 0.0, "f1": 0.8, "sub_em": 2 / 3})
     assert accuracy("red", ["red", "blue"], "all_of") == 0.5
+    with pytest.raises(ValueError, match="not one of"):
+        score("accuracy", "x", ["x"], "one_of")
+
+
+NEEDLE = ["8624779"]
+
+
+def test_strict_needle_one_digit_wrong_is_wrong():
+    assert strict_score("8624778", NEEDLE, "one_of") == 0.0
+    assert strict_score("8624779", NEEDLE, "one_of") == 1.0
+    assert strict_score(None, NEEDLE, "one_of") == 0.0
+
+
+def test_strict_needle_with_extra_words_claims_more():
+    assert strict_score("The special magic number is 8624779", NEEDLE, "one_of") == 0.0
+    assert score("sub_em", "The special magic number is 8624779", NEEDLE, "one_of") == 1.0
+
+
+def test_a_digit_inside_the_needle_is_right_only_for_the_papers_sub_em():
+    """The lenient score's hole: `\\boxed{8}` is inside 8624779, so sub_em counts it."""
+    prediction = extract_boxed("\\boxed{8}")
+    assert strict_score(prediction, NEEDLE, "one_of") == 0.0
+    assert score("sub_em", prediction, NEEDLE, "one_of") == 1.0
+
+
+def test_strict_all_of_needs_every_item_and_nothing_else():
+    gold = ["1234567", "7654321", "5555555"]
+    assert strict_score("1234567, 7654321 and 5555555", gold, "all_of") == 1.0
+    assert strict_score("5555555; 1234567 & 7654321.", gold, "all_of") == 1.0  # any order, any separator
+    assert strict_score("1234567, 7654321", gold, "all_of") == 0.0  # one missing
+    assert score("sub_em", "1234567, 7654321", gold, "all_of") == pytest.approx(2 / 3)
+    assert strict_score("1234567, 7654321, 5555555, 1111111", gold, "all_of") == 0.0  # one more claimed
+    assert strict_score("The numbers are 1234567, 7654321 and 5555555", gold, "all_of") == 0.0
+
+
+def test_list_items_split_and_normalize():
+    assert list_items("Red, the BLUE and\ngreen;;") == {"red", "blue", "green"}
+    assert list_items("") == set()
+
+
+def test_qa_tasks_are_those_not_built_as_needles_or_lists():
+    assert is_qa("hotpotqa") and is_qa("squad") and is_qa("my_imported_task")
+    assert not is_qa("niah_single") and not is_qa("vt")
 
 
 def test_answer_recall_reads_the_raw_answer():
