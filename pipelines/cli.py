@@ -6,7 +6,7 @@ Config: --config FILE (default configs/local.yaml) plus dotted overrides as trai
 arguments, e.g. `memagent ask --doc d.txt --question q agent.chunk_size=1024`.
 
 SIGTERM stops a command as Ctrl-C does, and a local Ray it started is shut down with it
-(pipelines/raylife.py); the exit status is then 128 + the signal's number.
+(pipelines/runtime.py); the exit status is then 128 + the signal's number.
 
 Library logs (vLLM, Ray, transformers, their tqdm bars and warnings) go to a file under the
 home, named once on stderr; `--verbose` or MEMAGENT_LOG=debug shows them (pipelines/logs.py).
@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 
-from pipelines import logs, raylife
+from pipelines import logs, runtime
 from pipelines.errors import UserError
 
 # name -> (module, help). Adding a command is one line here plus the module.
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
-        with raylife.guard():
+        with runtime.guard():
             dispatch(args)
     except UserError as e:
         error(str(e))
@@ -108,7 +108,7 @@ def entry() -> None:
     """The console script: main(), and if a Ray shutdown it waited on never returned, the exit
     does not wait on it again (Ray's own atexit shutdown would)."""
     code = main()
-    if raylife.stuck:
+    if runtime.stuck:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -32,10 +32,10 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     """watch(step, metrics): called for every step as it lands, beside the progress line.
     workers: RL's rollout actors, already holding the run's starting policy, to use and leave
     running (default: started for the run and stopped after it)."""
+    from pipelines import runtime
     from pipelines.learn.launch import fit
     from pipelines.learn.sftdata import sft_datasets
     from pipelines.models import absolute_ref, config_model_dir
-    from pipelines.rollout.service import ensure_ray
 
     steps = req.steps or cfg.learn.steps
     if steps <= 0:
@@ -59,7 +59,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     minutes = req.max_minutes or cfg.learn.max_minutes
     run = RunSpec(out, absolute_ref(cfg.model.path), steps, time.time() + 60 * minutes if minutes else None,
                   req.sft, tasks)
-    ensure_ray()
+    runtime.connect()
     hub = None
     if not req.sft:
         from pipelines.rollout.hub import start_hub

@@ -18,10 +18,10 @@ class Pool:
         import ray
 
         if not self.workers:
-            from pipelines.rollout.service import ensure_ray
+            from pipelines import runtime
             from pipelines.rollout.worker import start_workers
 
-            ensure_ray()
+            runtime.connect()
             self.workers = start_workers(self.cfg)
         ray.get([w.reset.remote(model, 0) for w in self.workers])
         return self.workers

@@ -11,8 +11,6 @@ ones; the consumer only calls `take`. Thin glue: every decision is in schedule.p
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -21,7 +19,7 @@ from typing import Any
 
 import ray
 
-from pipelines import logs
+from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.models import check_remote_ref
@@ -29,18 +27,6 @@ from pipelines.rollout.schedule import Limits, Scheduler
 from pipelines.rollout.trajectory import Group
 from pipelines.rollout.core import RolloutSpec
 from pipelines.rollout.worker import close_workers, start_workers
-
-
-def ensure_ray() -> None:
-    """Join RAY_ADDRESS's cluster or start a local one; workers can import from the cwd. Workers'
-    output is forwarded here only when library logs are shown (--verbose); else it stays in
-    Ray's session folder, which the command's log file names."""
-    if ray.is_initialized():
-        return
-    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
-    ctx = ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                   runtime_env={"env_vars": {"PYTHONPATH": path}}, log_to_driver=logs.shown())
-    logging.getLogger("memagent").info("Ray workers' logs: %s/logs", ctx.address_info.get("session_dir"))
 
 
 def limits_of(cfg: Config, workers: int) -> Limits:
@@ -84,7 +70,7 @@ class RolloutService:
         self.workers: list = list(workers or [])
 
     def start(self) -> RolloutService:
-        ensure_ray()
+        runtime.connect()
         if self._own:
             self.workers = start_workers(self.cfg, None, self._policy[1], self._policy[0])
         ray.get([w.ready.remote(*self._policy) for w in self.workers])
