@@ -3,6 +3,7 @@ both leave task rows, and their documents in the chunk store.
 
     memagent data build --task niah_single --lengths 8K,32K --n 16 --seed 0 --out s3://b/tasks/niah
     memagent data build --task hotpotqa --split eval --lengths 8K --n 128 --out .memagent/tasks/hqa
+    memagent data build --task squad --split train --lengths 2K --n 256 --out .memagent/tasks/squad
     memagent data import --input my_qa.jsonl --out .memagent/tasks/mine.parquet
 
 `data import` rows: question, answers, and one of document / document_uri / doc_id

@@ -20,7 +20,8 @@ class ContinuousConfig(Strict):
     """`memagent train --continuous` (pipelines/learn/continuous.py)."""
 
     poll_s: float = Field(60.0, gt=0)  # between listings of the task folder while nothing is new
-    # The mean paired held-out sub_em gain over @production a round's model must beat to be registered.
+    # A round's model is registered when the 95% interval of its paired held-out strict-score gain over
+    # @production lies above this (its lower bound; learn/gate.verdict).
     margin: float = Field(0.02, ge=0)
     # Optimizer steps per round; None: one pass over the round's new rows (RL: rows /
     # rollout.batch_groups; SFT: learn.sft_epochs passes over their traces, at most learn.steps).

@@ -1,3 +1,3 @@
-"""Offline task builders: HotpotQA long documents and RULER-style synthetic tasks."""
+"""Offline task builders: HotpotQA and SQuAD long documents, and RULER-style synthetic tasks."""
 
-TASKS = ("hotpotqa", "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "fwe")
+TASKS = ("hotpotqa", "squad", "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "fwe")

@@ -44,10 +44,18 @@ class BuildSummary:
 
 
 def sample_stream(req: BuildRequest, target: int, count) -> Iterator[tuple[str, Sample]]:
+    from pipelines.ingest.builders import TASKS
+
+    if req.task not in TASKS:
+        raise UserError(f"task '{req.task}': unknown (known: {', '.join(TASKS)})")
     if req.task == "hotpotqa":
         from pipelines.ingest.builders.hotpotqa import HotpotQA
 
         yield from HotpotQA(count).samples(req.split, target, req.n, req.seed)
+    elif req.task == "squad":
+        from pipelines.ingest.builders.squad import Squad
+
+        yield from Squad(count).samples(req.split, target, req.n, req.seed)
     else:
         from pipelines.ingest.builders.ruler import Ruler, ruler_samples
 
@@ -64,7 +72,9 @@ def inline_rows(req: BuildRequest, target: int, count) -> Iterator[TaskRow]:
 def tag(req: BuildRequest) -> str:
     from pipelines.ingest.builders.ruler import variant
 
-    return req.task if req.task == "hotpotqa" else f"{req.task}/{variant(req.task, req.haystack, req.values)}"
+    if req.task in ("hotpotqa", "squad"):
+        return req.task
+    return f"{req.task}/{variant(req.task, req.haystack, req.values)}"
 
 
 def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:

