@@ -9,11 +9,12 @@ of consumed files is the cursor, in OUT/continuous.json), their rows streamed in
 OUT/rounds/NNN/tasks. It is an ordinary `memagent train` run in OUT/rounds/NNN (RL, or --sft),
 starting from the previous round's model (round 1: model.path), so training carries on. Then
 the gate (pipelines/learn/gate.py) scores it and the current @production version (none yet:
-the starting model) on the same held-out rows and prints the paired gain with its 95%
-interval; only a gain above learn.continuous.margin is registered, as @candidate (@production
-when the name has none yet, as the quickstart does); --promote moves @production to it. In
-this mode the gate replaces the learner's register-every-run. One pool of rollout workers
-serves every evaluation and RL round of the process (policies loaded, engines kept).
+the starting model) on the same held-out rows (the strict score) and prints the paired gain with
+its 95% interval; only a gain whose interval's lower bound is above learn.continuous.margin is
+registered (gate.verdict), as @candidate (@production when the name has none yet, as the
+quickstart does); --promote moves @production to it. In this mode the gate replaces the
+learner's register-every-run. One pool of rollout workers serves every evaluation and RL round
+of the process (policies loaded, engines kept).
 
 Restarts. A round (its files, base model and a random id) is recorded before it trains; its
 training result, its verdict and its version as each is done; the cursor moves when it ends;
@@ -181,7 +182,8 @@ def run_round(cfg: Config, req: Request, state: dict, out: str, tracker, deadlin
         if rnd["rows"] and "register" not in rnd:
             rnd.update(decide(cfg, state, out, pool.load))
             save_state(out, state)
-            tracker.log_metrics({"continuous/heldout_sub_em": rnd["sub_em"], "continuous/gain": rnd["gain"][0]})
+            tracker.log_metrics({"continuous/heldout_strict": rnd["strict"], "continuous/gain": rnd["gain"][0],
+                                 "continuous/gain_lo": rnd["gain"][1]})
         if rnd.get("register") and "registered" not in rnd:
             rnd["registered"] = register(cfg, rnd, run_id, req.promote)
     state["consumed"] += rnd["files"]
@@ -225,7 +227,7 @@ def train(cfg: Config, req: Request, state: dict, tracker, deadline: float | Non
 
 
 def summary(rnd: dict) -> dict:
-    return {k: rnd.get(k) for k in ("n", "files", "rows", "steps", "model", "sub_em", "incumbent", "gain",
+    return {k: rnd.get(k) for k in ("n", "files", "rows", "steps", "model", "strict", "incumbent", "gain",
                                     "registered")}
 
 

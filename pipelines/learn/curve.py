@@ -1,5 +1,5 @@
 """The training curve as a PNG: the reward and accuracy of the rollouts each step, and the held-out
-sub_em wherever an evaluation landed (RL), or the loss and held-back loss (SFT).
+strict score wherever an evaluation landed (RL), or the loss and held-back loss (SFT).
 
 A run's steps are kept in OUT/history.jsonl (local or s3://), one line per step, rewritten as
 each step lands, so the curve of a resumed run starts at its step 1, not at the resume."""
@@ -24,14 +24,14 @@ def plot_curve(history: list[tuple[int, dict]], path: Path, sft: bool) -> Path |
     import matplotlib.pyplot as plt
 
     keys = list(SERIES["sft" if sft else "rl"])
-    keys += sorted({k for _, m in history for k in m if k.startswith("eval/") and k.endswith("/sub_em")})
+    keys += sorted({k for _, m in history for k in m if k.startswith("eval/") and k.endswith("/strict")})
     lines = {k: [(s, m[k]) for s, m in history if k in m] for k in keys}
     lines = {k: pts for k, pts in lines.items() if pts}
     if not lines:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for k, pts in lines.items():
-        ax.plot(*zip(*pts), marker="o" if k.startswith("eval/") else None, label=k.replace("/sub_em", " (held-out)"))
+        ax.plot(*zip(*pts), marker="o" if k.startswith("eval/") else None, label=k.replace("/strict", " (held-out, strict)"))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss" if sft else "reward / accuracy")
     ax.grid(alpha=0.3)

@@ -3,17 +3,49 @@ against the incumbent on the same held-out rows and registered only on a gain, o
 
 The incumbent is the @production version of learn.registry_name, or the loop's starting model
 (model.path) while the name has none. Both go through the ladder (one memagent cell per task),
-into folders under OUT/evals that a re-run reads back instead of scoring again; the verdict is
-the mean paired difference of sub_em (eval.stats.paired_diff) against learn.continuous.margin.
+into folders under OUT/evals that a re-run reads back instead of scoring again. The verdict is
+`verdict`'s, the one rule the quickstart's choice between SFT and SFT + RL uses too: the
+paired difference of the strict score (eval.stats.paired_diff) must have its 95% interval's
+lower bound above learn.continuous.margin, so a gain the held-out rows do not support (a mean
+above the margin by luck of a few rows) registers nothing.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pipelines.config import Config
 from pipelines.errors import UserError
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gain: float  # mean of after - before over the rows both scored
+    lo: float  # its 95% interval
+    hi: float
+    n: int
+    better: bool  # lo > margin: keep `after`
+    why: str
+
+    @property
+    def paired(self) -> list:
+        return [self.gain, self.lo, self.hi, self.n]
+
+
+def verdict(before: dict[str, float], after: dict[str, float], margin: float) -> Verdict:
+    """Whether `after` beats `before` on the held-out rows both scored ({row: strict score}): only
+    when the paired gain's 95% interval lies wholly above `margin` (its lower bound clears it)."""
+    from pipelines.eval.stats import paired_diff
+
+    gain, lo, hi, n = paired_diff(before, after)
+    better = n > 0 and lo > margin
+    span = f"paired gain {100 * gain:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] on {n} rows"
+    why = (f"{span}: the interval's lower bound clears the margin {100 * margin:.1f}" if better else
+           f"{span}: the interval's lower bound does not clear the margin {100 * margin:.1f}" if n else
+           "no row scored by both")
+    return Verdict(gain, lo, hi, n, better, why)
 
 
 def with_model(cfg: Config, model: str) -> Config:
@@ -23,7 +55,6 @@ def with_model(cfg: Config, model: str) -> Config:
 def decide(cfg: Config, state: dict, out: str, workers: Callable[[str], list]) -> dict:
     """The current round's model against the incumbent: the paired gain and the verdict.
     workers(model): rollout workers holding `model`, for the ladder."""
-    from pipelines.eval.stats import paired_diff
     from pipelines.models.registry import alias_version
 
     rnd, name = state["current"], cfg.learn.registry_name
@@ -36,12 +67,11 @@ def decide(cfg: Config, state: dict, out: str, workers: Callable[[str], list]) -
         label, model = f"@production v{production}", f"models:/{name}/{production}"
         folder = state["scores"].get(str(production), f"{out}/evals/v{production}")
     theirs = score(cfg, model, state["heldout"], folder, workers)
-    gain, lo, hi, n = paired_diff(theirs, ours)
-    if n == 0:
+    v = verdict(theirs, ours, cfg.learn.continuous.margin)
+    if v.n == 0:
         raise UserError(f"held-out rows '{state['heldout']}': none could be scored (see {mine})")
-    return {"eval": mine, "sub_em": mean(ours), "heldout_n": len(ours), "incumbent": label,
-            "incumbent_sub_em": mean(theirs), "gain": [gain, lo, hi, n],
-            "register": gain > cfg.learn.continuous.margin,
+    return {"eval": mine, "strict": mean(ours), "heldout_n": len(ours), "incumbent": label,
+            "incumbent_strict": mean(theirs), "gain": v.paired, "register": v.better, "why": v.why,
             "alias": "production" if production is None else "candidate"}
 
 
@@ -50,7 +80,7 @@ def mean(scores: dict[str, float]) -> float:
 
 
 def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[str], list]) -> dict[str, float]:
-    """Per-row held-out sub_em ({task/sample_id: score}) of `model`: one memagent cell per task at one
+    """Per-row held-out strict score ({task/sample_id: score}) of `model`: one memagent cell per task at one
     length label (every row falls in it); finished cells are read back, not run again."""
     from pipelines.eval.ladder import main as ladder
     from pipelines.eval.results import cell_uri, has_cell, read_cell
@@ -65,7 +95,7 @@ def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[st
     cells = {t: cell_uri(out, t, length, "memagent") for t in tasks}
     if not all(has_cell(c) for c in cells.values()):
         ladder(with_model(cfg, model).model_copy(update={"eval": e}), workers(model))
-    return {f"{t}/{r['sample_id']}": float(r["sub_em"]) for t, c in cells.items() for r in read_cell(c)
+    return {f"{t}/{r['sample_id']}": float(r["strict"]) for t, c in cells.items() for r in read_cell(c)
             if r.get("error") is None}
 
 
@@ -85,7 +115,7 @@ def register(cfg: Config, rnd: dict, run_id: str | None, promote: bool) -> str:
     version = round_version(client, cfg.track.experiment, name, rnd["key"])
     if version is None:
         gain, lo, hi, n = rnd["gain"]
-        metrics = {"heldout_sub_em": rnd["sub_em"], "heldout_n": rnd["heldout_n"], "heldout_gain": gain,
+        metrics = {"heldout_strict": rnd["strict"], "heldout_n": rnd["heldout_n"], "heldout_gain": gain,
                    "heldout_gain_lo": lo, "heldout_gain_hi": hi}
         tags = {"continuous_round": rnd["key"], "round": str(rnd["n"]), "tasks": f"{rnd['folder']}/tasks",
                 "steps": str(rnd["steps"]), "base_model": rnd["base"]}
@@ -113,8 +143,9 @@ def report(cfg: Config, rnd: dict) -> str:
     if not rnd["rows"]:
         return f"continuous: {len(rnd['files'])} new file(s) without rows: nothing to train"
     gain, lo, hi, n = rnd["gain"]
-    verdict = (f"registered {rnd['registered']} @{rnd['alias']}" if rnd.get("registered")
-               else f"not registered (the gain must exceed learn.continuous.margin={cfg.learn.continuous.margin})")
-    return (f"continuous: round {rnd['n']}: held-out sub_em {rnd['sub_em']:.3f} vs {rnd['incumbent']} "
-            f"{rnd['incumbent_sub_em']:.3f} on {n} rows: gain {gain:+.3f} (95% interval {lo:+.3f} .. {hi:+.3f}); "
-            f"{verdict}")
+    outcome = (f"registered {rnd['registered']} @{rnd['alias']}" if rnd.get("registered")
+               else "not registered (the interval's lower bound must exceed "
+                    f"learn.continuous.margin={cfg.learn.continuous.margin})")
+    return (f"continuous: round {rnd['n']}: held-out strict {rnd['strict']:.3f} vs {rnd['incumbent']} "
+            f"{rnd['incumbent_strict']:.3f} on {n} rows: gain {gain:+.3f} (95% interval {lo:+.3f} .. {hi:+.3f}); "
+            f"{outcome}")

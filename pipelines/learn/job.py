@@ -124,15 +124,15 @@ SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss",
 
 
 def shown_evals(metrics: dict) -> str:
-    return "  ".join(f"{k.removeprefix('eval/').removesuffix('/sub_em')} {v:.3f}" for k, v in metrics.items()
-                     if k.startswith("eval/") and k.endswith("/sub_em"))
+    return "  ".join(f"{k.removeprefix('eval/').removesuffix('/strict')} {v:.3f}" for k, v in metrics.items()
+                     if k.startswith("eval/") and k.endswith("/strict"))
 
 
 def on_step(step: int, steps: int, metrics: dict, tracker) -> None:
     """One progress line on stderr per step; every metric to MLflow."""
     shown = "  ".join(f"{label} {metrics[key]:.3g}" for label, key in SHOW if key in metrics)
     if evals := shown_evals(metrics):
-        shown += f"  | held-out sub_em: {evals}"
+        shown += f"  | held-out strict: {evals}"
     print(f"step {step}/{steps}  {shown}", file=logs.console(), flush=True)
     if tracker is not None:
         from pipelines.track.metrics import LEARNER

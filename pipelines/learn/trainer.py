@@ -198,11 +198,11 @@ def registered_version(run: RunSpec, default: int) -> int:
 
 
 def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, float]:
-    """eval/{task}/sub_em of the held-out evaluations finished since the last step
+    """eval/{task}/strict of the held-out evaluations finished since the last step
     (each names the policy version it scored; the newest wins if several landed)."""
     out: dict[str, float] = {}
     for _, version, scores, n in done:
-        out.update({f"eval/{key}/sub_em": v for key, v in scores.items()})
+        out.update({f"eval/{key}/strict": v for key, v in scores.items()})
         out.update({"eval/version": float(version), "eval/n": float(n)})
     return out
 

@@ -106,6 +106,7 @@ class RolloutHub:
         threading.Thread(target=self._evaluate, args=(step, tasks, n), name=f"eval-{step}", daemon=True).start()
 
     def _evaluate(self, step: int, tasks: str, n: int) -> None:
+        from pipelines.agent.reward import strict_score
         from pipelines.ingest.tasks import read_task_rows
         from pipelines.rollout.core import RolloutSpec
         from pipelines.rollout.service import run_groups
@@ -115,10 +116,11 @@ class RolloutHub:
         version, scores = self.service.version, {}
         try:
             rows = list(itertools.islice(read_task_rows(tasks), n))  # n is small: a fixed held-out set
-            task_of = {r.sample_id: r.task for r in rows}
+            by_id = {r.sample_id: r for r in rows}
             for item in run_groups(self.service.cfg, rows, spec, workers=self.service.workers):
                 for t in getattr(item, "trajectories", []):
-                    scores.setdefault(task_of[t.sample_id], []).append(t.accuracy)
+                    row = by_id[t.sample_id]
+                    scores.setdefault(row.task, []).append(strict_score(t.prediction, row.answers, row.answer_kind))
         except Exception as e:  # noqa: BLE001 - an evaluation failure must not stop training
             scores = {"error": [0.0]}
             print(f"evaluation at step {step} failed: {e}", flush=True)
@@ -127,7 +129,7 @@ class RolloutHub:
                                 sum(map(len, scores.values()))))
 
     def evaluations(self) -> list[tuple[int, int, dict, int]]:
-        """Finished evaluations since the last call: (step, policy version, sub_em by task, n)."""
+        """Finished evaluations since the last call: (step, policy version, strict score by task, n)."""
         with self._lock:
             out, self._evals = self._evals, []
             return out

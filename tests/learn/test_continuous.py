@@ -145,7 +145,7 @@ def test_continuous_training_registers_only_a_gain_and_survives_restarts(setup):
     assert r1["files"] == [str(a)] and r1["rows"] == 16 and r1["steps"] > 0 and r1["base"] == str(base)
     assert r1["incumbent"] == "the base model" and not r1["register"] and "registered" not in r1
     assert r2["files"] == [str(b)] and r2["base"] == r1["model"] and r2["incumbent"] == "the base model"
-    assert r2["sub_em"] - r2["incumbent_sub_em"] > 0.5 and r2["registered"] == f"models:/{NAME}/1"
+    assert r2["strict"] - r2["incumbent_strict"] > 0.5 and r2["registered"] == f"models:/{NAME}/1"
     assert versions(root) == [(1, r2["key"])] and production(root) == 1
     err = run.stderr()
     assert "round 1: held-out" in err and "not registered" in err and f"registered models:/{NAME}/1" in err
