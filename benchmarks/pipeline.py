@@ -191,7 +191,7 @@ def tiny_model() -> str:
 
     from pipelines.config import load_config
     from pipelines.models import config_model_dir
-    from tests.conftest import make_tiny_llama
+    from tests.support import make_tiny_llama
 
     out = Path(tempfile.gettempdir()) / "memagent-bench-tiny"
     if not (out / "config.json").exists():

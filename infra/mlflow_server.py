@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from infra.procs import free_port, stop_pid  # noqa: E402
+from infra.procs import stop_pid  # noqa: E402
+from pipelines.runtime import free_port  # noqa: E402
 
 
 def mlflow_binary() -> str:

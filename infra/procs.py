@@ -7,13 +7,13 @@ import signal
 import socket
 import time
 
+from pipelines.runtime import free_port
 
-def free_port(low: int = 20000, high: int = 45000) -> int:
+
+def free_port_pair(low: int = 20000, high: int = 45000) -> int:
     """A free loopback port whose +10000 gRPC twin is free too (SeaweedFS opens both)."""
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if low <= port < high and port_free(port + 10000):
             return port
     raise RuntimeError("no free port pair found")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from infra.procs import free_port, stop_pid  # noqa: E402
+from infra.procs import free_port_pair, stop_pid  # noqa: E402
 
 ACCESS_KEY, SECRET_KEY = "memagent", "memagent-secret"
 
@@ -34,7 +34,7 @@ def weed_binary() -> str:
 @dataclass
 class SeaweedFS:
     root: Path
-    s3_port: int = field(default_factory=free_port)
+    s3_port: int = field(default_factory=free_port_pair)
     proc: subprocess.Popen | None = None
 
     @property
@@ -51,7 +51,7 @@ class SeaweedFS:
         ident.write_text(json.dumps({"identities": [{"name": "admin", "credentials": [
             {"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-        ports = [free_port() for _ in range(3)]
+        ports = [free_port_pair() for _ in range(3)]
         cmd = [weed_binary(), "server", f"-dir={self.root / 'data'}", "-s3", f"-s3.port={self.s3_port}",
                f"-s3.config={ident}", f"-master.port={ports[0]}", f"-volume.port={ports[1]}",
                f"-filer.port={ports[2]}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-volume.max=0",

@@ -100,6 +100,15 @@ def portable(cfg):
                                   "serve": stored(cfg.serve)})
 
 
+def free_port() -> int:
+    """A loopback port free now (the OS's pick), for a service this process is about to start."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Stopped(KeyboardInterrupt):
     """A stop signal as an exception: cleanup code runs as it does for Ctrl-C."""
 

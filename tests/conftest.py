@@ -1,9 +1,9 @@
-"""Shared fixtures: the real SmolLM2 model, a tiny random model, a real SeaweedFS S3 server."""
+"""Shared fixtures: the real SmolLM2 model, a tiny random model, a real SeaweedFS S3 server, a
+local Ray. Helpers that tests import live in tests/support."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from infra.seaweedfs import SeaweedFS  # noqa: E402
 from pipelines.models import resolve_model  # noqa: E402
+from tests.support import local_ray, make_tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -35,19 +36,6 @@ def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(smollm2_dir)
-
-
-def make_tiny_llama(out: Path, tokenizer, **dims) -> Path:
-    """A random Llama with SmolLM2's tokenizer, saved as an HF folder: for tests where only shapes matter."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **dims)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -82,15 +70,9 @@ def s3(tmp_path_factory):
             os.environ[k] = v
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run `memagent ARGS` as a user would, in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray per test module (tests.support.local_ray). A module whose workers need the
+    S3 server's endpoint and keys requests `s3` first, so that Ray starts with them set."""
+    with local_ray():
+        yield

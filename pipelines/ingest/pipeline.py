@@ -9,7 +9,6 @@ file; its old file leaves the live view in the same commit and is then deleted.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipelines import runtime
 from pipelines.ingest.config import IngestConfig
 from pipelines.ingest.manifest import REFUSED, Manifest, ManifestView, ObjectEntry, Quarantine, list_parquet
 from pipelines.ingest.sources import SourceObject, list_sources
@@ -137,36 +137,25 @@ def run_local(pending: list[SourceObject], store: str, cfg: IngestConfig, model_
         yield worker.ingest(obj)
 
 
-def worker_env() -> dict[str, str]:
-    """What actors need from this environment on any cluster: S3 endpoint and keys; one
-    tokenizer thread per actor (the actors are the parallelism)."""
-    keep = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    return {**keep, "TOKENIZERS_PARALLELISM": "false"}
-
-
 def run_ray(pending: list[SourceObject], store: str, cfg: IngestConfig, model_ref: str,
             home: Path) -> Iterator[ObjectResult]:
     """list -> [read, decode, tokenize (one tokenizer per actor), slice, write] -> results."""
     import ray
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
+    with runtime.session(log_to_driver=False, importable=False, configure_logging=False):
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         workers = min(cfg.workers or cpus, len(pending))
         ds = ray.data.from_items([asdict(o) for o in pending], override_num_blocks=len(pending))
+        # One tokenizer thread per actor: the actors are the parallelism.
+        env = runtime.worker_env(TOKENIZERS_PARALLELISM="false")
         ds = ds.map_batches(ObjectIngester, batch_size=1, compute=ray.data.ActorPoolStrategy(size=workers),
-                            num_cpus=min(1.0, cpus / workers), runtime_env={"env_vars": worker_env()},
+                            num_cpus=min(1.0, cpus / workers), runtime_env={"env_vars": env},
                             fn_constructor_kwargs=dict(store_uri=store, cfg=cfg, model_ref=model_ref, home=str(home)))
         for row in ds.iter_rows():
             yield ObjectResult.from_row(row)
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def ingest(source: str, store: str, cfg: IngestConfig, model_ref: str, home: Path,

@@ -8,7 +8,7 @@ Binds 127.0.0.1 by default; any other address needs a token (env `serve.token_en
 which every call must then carry. A `uri`, a job's `input` and `output` must lie under
 serve.allowed_paths (default: the chunk store and HOME/jobs) or serve.allowed_s3_prefixes,
 else 403. Connects to RAY_ADDRESS when set, else starts Ray here; SIGTERM or Ctrl-C stops
-the app and that Ray (pipelines/raylife.py).
+the app and that Ray (pipelines/runtime.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,12 @@ from __future__ import annotations
 import os
 import time
 
-from pipelines import raylife
+from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.models import absolute_ref, config_model_dir
 from pipelines.serve.config import LOOPBACK
 from pipelines.storage import absolute_uri, is_s3
-
-# The driver's environment its deployments get. Not MEMAGENT_HOME: each node keeps its own home
-# (a replica elsewhere caches its model there; without one, under the driver's home path).
-FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_REGION", "AWS_DEFAULT_REGION", "VLLM_LOGGING_LEVEL", "TOKENIZERS_PARALLELISM",
-                 "MLFLOW_TRACKING_URI")
-
 
 def state_dir(cfg: Config) -> str:
     return cfg.serve.state_dir or str(cfg.home_path / "serve" / cfg.serve.app_name)
@@ -81,18 +74,17 @@ def build_app(cfg: Config, model: str | None = None):
     from pipelines.serve.gateway import Gateway, GatewaySettings
     from pipelines.serve.replica import ReplicaSettings
 
-    s = cfg.serve
+    s, there = cfg.serve, runtime.portable(cfg)
     paths, prefixes = allowed(cfg)
-    serve_cfg = s.model_copy(update={"store": s.store and absolute_uri(s.store), "allowed_paths": paths,
-                                     "allowed_s3_prefixes": prefixes})
+    serve_cfg = there.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
     from pipelines.serve.follow import Follow, alias_of
     from pipelines.track.tracker import default_tracking_uri
 
     ref, tracking = absolute_ref(model or cfg.model.path), default_tracking_uri(cfg.home_path, cfg.track)
     named = alias_of(ref)
     follow = Follow(*named, tracking, s.follow_interval_s) if s.follow_alias and named else None
-    settings = ReplicaSettings(ref, str(cfg.home_path), state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking)
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    settings = ReplicaSettings(ref, there.home, state_dir(cfg), cfg.engine, cfg.agent, serve_cfg, tracking)
+    env = runtime.worker_env()
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
     tracker = create_tracker(cfg)  # no I/O here: the Tracking deployment talks to MLflow
     tags = {k: str(v) for k, v in {**run_tags(cfg), "model": ref, "replicas": s.replicas}.items() if v is not None}
@@ -121,16 +113,12 @@ def replica_options(cfg: Config, env: dict[str, str]) -> dict:
 
 def start(cfg: Config, model: str | None = None, host: str | None = None, port: int | None = None) -> str:
     """Start (or connect to) Ray, deploy the app, return its base URL once replicas are up."""
-    import ray
     from ray import serve
 
     host, port = host or cfg.serve.host, cfg.serve.port if port is None else port
     check_binding(host, token_of(cfg), cfg.serve.token_env)
     preflight(cfg, model)
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": os.cpu_count()}))
+    runtime.connect(log_to_driver=False, local_cpus=os.cpu_count(), importable=False)
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(cfg, model), name=cfg.serve.app_name, route_prefix="/", blocking=False)
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
@@ -139,13 +127,13 @@ def start(cfg: Config, model: str | None = None, host: str | None = None, port: 
 def stop(cfg: Config, shutdown_ray: bool = True, timeout_s: float = 30.0) -> None:
     """Serve's shutdown (and Ray's), bounded: after a Ctrl-C to the whole process group its
     controller or raylet may be gone already, and waiting on them would hang the command
-    (pipelines/raylife.py then ends what is left of the local Ray)."""
+    (pipelines/runtime.py then ends what is left of the local Ray)."""
     import ray
     from ray import serve
 
-    raylife.bounded(serve.shutdown, timeout_s)
+    runtime.bounded(serve.shutdown, timeout_s)
     if shutdown_ray:
-        raylife.bounded(ray.shutdown, timeout_s)
+        runtime.bounded(ray.shutdown, timeout_s)
 
 
 def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> None:

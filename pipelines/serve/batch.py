@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 
+from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.serve.jobstore import JobStatus
@@ -72,7 +73,7 @@ def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> di
         return run_job(Client(server, token), input_uri, output_uri)
     from pipelines.serve import app
 
-    url = app.start(app.with_allowed(cfg, input_uri, output_uri), port=_free_port())
+    url = app.start(app.with_allowed(cfg, input_uri, output_uri), port=runtime.free_port())
     try:
         return run_job(Client(url, token), input_uri, output_uri)
     finally:
@@ -90,14 +91,6 @@ def report(st: dict) -> dict:
     if st["status"] != "done":
         raise UserError(f"job {st['job_id']}: {st['status']} ({st['message']})")
     return st
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def add_arguments(p) -> None:

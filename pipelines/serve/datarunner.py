@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
 from pipelines.serve.jobs import OutputRow, finished_shards, input_files, shard_counts, write_shard
@@ -132,7 +133,7 @@ def answered(cfg: Config, settings: ReplicaSettings, state: JobState, shards: li
         return
     import ray
 
-    with _ray():
+    with runtime.session(log_to_driver=False, local_cpus=os.cpu_count(), importable=False):
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         s = cfg.serve
@@ -150,26 +151,9 @@ def answered(cfg: Config, settings: ReplicaSettings, state: JobState, shards: li
 def actor_options(cfg: Config) -> dict:
     """Placed as an agent replica is (serve.replica_cpus, its GPUs and resources), with the same
     environment from the driver."""
-    from pipelines.serve.app import FORWARDED_ENV, replica_options
+    from pipelines.serve.app import replica_options
 
-    return replica_options(cfg, {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
-
-
-@contextlib.contextmanager
-def _ray() -> Iterator[None]:
-    """Ray as the app starts it: RAY_ADDRESS when set, else a local Ray, stopped after."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        address = os.environ.get("RAY_ADDRESS")
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": os.cpu_count()}))
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()
+    return replica_options(cfg, runtime.worker_env())
 
 
 def replica_settings(cfg: Config) -> ReplicaSettings:
@@ -188,9 +172,9 @@ def replica_settings(cfg: Config) -> ReplicaSettings:
     tracking = default_tracking_uri(cfg.home_path, cfg.track)
     model = pin(check_remote_ref(cfg.model.path, "model"), tracking)
     paths, prefixes = allowed(cfg)
-    serve = s.model_copy(update={"store": s.store and absolute_uri(s.store), "allowed_paths": paths,
-                                 "allowed_s3_prefixes": prefixes})
-    return ReplicaSettings(model, str(cfg.home_path), "", cfg.engine, cfg.agent, serve, tracking)
+    there = runtime.portable(cfg)
+    serve = there.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
+    return ReplicaSettings(model, there.home, "", cfg.engine, cfg.agent, serve, tracking)
 
 
 @contextlib.contextmanager

@@ -111,7 +111,7 @@ class MlflowTracker:
         try:
             yield run_id
             status = "FINISHED"
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (raylife.Stopped): stopped, not broken
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (runtime.Stopped): stopped, not broken
             status = "KILLED"
             raise
         finally:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from infra.procs import free_port
+from tests.support import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 STARTED = b"Ray runtime started."  # what `ray start` logs once its node has joined

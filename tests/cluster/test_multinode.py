@@ -24,7 +24,7 @@ import pytest
 
 from infra.mlflow_server import MlflowServer
 from tests.cluster.raynodes import LocalCluster, RayNode
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 
 pytestmark = pytest.mark.slow  # a Ray cluster of two nodes, SeaweedFS and an MLflow server
 

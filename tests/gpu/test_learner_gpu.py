@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 import random
-import socket
 
 import pytest
 import torch
+
+from tests.support import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -124,12 +125,6 @@ def test_policy_step_on_cuda(model_dir, options):
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     del policy
     torch.cuda.empty_cache()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_fsdp2_on_one_nccl_rank(model_dir):

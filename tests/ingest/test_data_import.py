@@ -17,7 +17,7 @@ from pipelines.ingest.pipeline import ingest
 from pipelines.ingest.store import ChunkStore
 from pipelines.ingest.tasks import read_task_rows
 from pipelines.ingest.user_data import ImportRequest, import_rows, quarantine_uri
-from tests.conftest import run_cli
+from tests.support import run_cli
 
 OVERRIDES = ["ingest.runner=local", "ingest.chunk_size=16", "ingest.row_group_chunks=4"]
 FILLER = "The weather report mentioned clouds over the hills and a light wind from the west. "

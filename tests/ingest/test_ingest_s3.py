@@ -14,7 +14,7 @@ import pytest
 
 from pipelines.ingest.manifest import list_parquet
 from pipelines.ingest.store import ChunkStore
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from tests.ingest.corpus import mixed_corpus, quarantine_map
 
 pytestmark = pytest.mark.slow

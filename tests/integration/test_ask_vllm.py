@@ -8,7 +8,7 @@ import math
 import pytest
 
 from pipelines.ingest.builders.needle_file import write_needle_document
-from tests.conftest import run_cli
+from tests.support import run_cli
 from tests.integration.test_quiet_cli import OURS, env, only_log
 
 pytestmark = pytest.mark.slow

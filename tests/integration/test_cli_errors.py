@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support import run_cli
 
 
 def check_error(proc, *needles):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 SMALL = ["engine.kind=hf", "engine.dtype=float32", "learn.freeze_layers=0", "learn.autocast=false",
          "quickstart.train_n=4", "quickstart.heldout_n=3", "quickstart.batch_n=2", "quickstart.sft.steps=2",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 
 OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: |data build )")
 TINY = ["agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "track.enabled=false"]

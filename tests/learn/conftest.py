@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from tests.learn.rewards import LOG_ENV
 from tests.learn.rows import synthetic_rows, token_counter
 

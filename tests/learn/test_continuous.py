@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from tests.learn.conftest import kill_session
 from tests.learn.rows import synthetic_rows, token_counter
 

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from pipelines.learn.config import LearnConfig
 from pipelines.learn.packing import TrainSeq
 from pipelines.learn.policy import Policy
-from tests.conftest import free_port
+from tests.support import free_port
 
 CFG = LearnConfig(lr=1e-3, token_budget=64, grad_clip=1e9, seed=0)
 

@@ -60,7 +60,7 @@ def test_vllm_logprobs_match_the_learner(tmp_path: Path, tokenizer):
     """vLLM's CPU attention needs head_dim 64: a tiny model of its own. bf16 in the engine, so the
     bound is loose; the measured gap is printed."""
     from pipelines.engine.vllm_engine import VLLMEngine
-    from tests.conftest import make_tiny_llama
+    from tests.support import make_tiny_llama
 
     model_dir = make_tiny_llama(tmp_path / "m", tokenizer, hidden_size=128, intermediate_size=256,
                                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,

@@ -28,7 +28,7 @@ def gap(model, prompt: list[int], resp) -> float:
 @pytest.mark.slow
 def test_vllm_swaps_in_a_split_version(tmp_path: Path, tokenizer):
     from pipelines.engine.vllm_engine import VLLMEngine
-    from tests.conftest import make_tiny_llama
+    from tests.support import make_tiny_llama
 
     model_dir = make_tiny_llama(tmp_path / "m", tokenizer, hidden_size=128, intermediate_size=256,
                                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,

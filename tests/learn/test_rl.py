@@ -83,15 +83,13 @@ def test_a_published_version_reaches_the_rollout_worker(rl_run, tiny_model_dir, 
     from pipelines.rollout.core import RolloutSpec
     from pipelines.rollout.schedule import GroupTask
     from pipelines.rollout.service import RolloutService
-    from tests.conftest import REPO
     from tests.learn.rows import synthetic_rows, token_counter
+    from tests.support import local_ray
 
     cfg = load_config(None, [o for o in rl_run.overrides if not o.startswith("rollout.reward")])
     row = synthetic_rows(1, token_counter(tokenizer))[0]
     task, spec = GroupTask(f"{row.sample_id}#1", row, 1), RolloutSpec(temperature=0.0)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
-    try:
+    with local_ray():
         with RolloutService(cfg, []).start() as service:
             worker = service.workers[0]
             before = ray.get(worker.run_group.remote(task, spec)).trajectories[0].turns[0]
@@ -105,8 +103,6 @@ def test_a_published_version_reaches_the_rollout_worker(rl_run, tiny_model_dir, 
             after = ray.get(worker.run_group.remote(task, spec)).trajectories[0].turns[0]
             with pytest.raises(UserError, match="not newer"):
                 service.push_weights(str(rl_run.out / "weights" / f"v{STEPS}"), STEPS)
-    finally:
-        ray.shutdown()
     assert before.prompt_ids == after.prompt_ids
     assert (before.version, after.version) == (0, STEPS)
     assert abs(before.logprobs[0] - after.logprobs[0]) > 1e-3, (before.logprobs, after.logprobs)

@@ -9,7 +9,6 @@ import pytest
 
 from pipelines.config import load_config
 
-REPO = Path(__file__).resolve().parents[2]
 # Small budgets: ~1-4 chunks of 256 tokens, 16-token memories; fractional CPUs on a 2-core box.
 BASE = ["engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=32",
         "agent.chunk_size=256", "agent.memory_budget=16", "agent.final_budget=16",
@@ -21,18 +20,8 @@ def rollout_cfg(*overrides: str):
 
 
 @pytest.fixture(scope="module")
-def ray_session(s3):
-    """Started after the S3 server, so workers inherit its endpoint and keys (pushes from s3://)."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})  # workers import the test rewards
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def workers(ray_session, smollm2_dir):
+def workers(s3, ray_session, smollm2_dir):
+    """Ray starts after the S3 server, so workers inherit its endpoint and keys (pushes from s3://)."""
     import ray
 
     from pipelines.rollout.worker import close_workers, start_workers

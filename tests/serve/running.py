@@ -1,5 +1,5 @@
-"""The app as the serve tests run it: a local Ray of 2 CPUs, the app on a free port, a client
-that carries the bearer token."""
+"""The app as the serve tests run it: a local Ray of 2 CPUs (tests.support.local_ray), the app on
+a free port, a client that carries the bearer token."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ from contextlib import contextmanager
 
 import httpx
 
-from tests.conftest import free_port
+from tests.support import free_port, local_ray
 
 
 @contextmanager
 def running_app(cfg, token: str) -> Iterator[str]:
     """The app started on `cfg` behind `token`; yields its URL and stops it (and Ray) after."""
-    import ray
-
     from pipelines.serve import app
 
     os.environ["MEMAGENT_SERVE_TOKEN"] = token
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        yield app.start(cfg, port=free_port())
+        with local_ray():
+            try:
+                yield app.start(cfg, port=free_port())
+            finally:
+                app.stop(cfg)
     finally:
-        app.stop(cfg)
         os.environ.pop("MEMAGENT_SERVE_TOKEN", None)
 
 

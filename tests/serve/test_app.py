@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.config import load_config
-from tests.conftest import run_cli
+from tests.support import run_cli
 from tests.serve.running import running_app, token_client
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 
 from pipelines.serve.jobs import OUTPUT_SCHEMA
 from pipelines.storage import resolve
-from tests.conftest import REPO, run_cli
+from tests.support import REPO, run_cli
 from tests.track.conftest import mlflow_server, tracking_env  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_cli
+from tests.support import run_cli
 
 pytestmark = pytest.mark.slow
 

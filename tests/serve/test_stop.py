@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.support import REPO, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from pipelines.eval.ladder import main as eval_main
 from pipelines.track import NullTracker, command_run, create_tracker
 from pipelines.track import metrics as M
 from pipelines.models.registry import register_model
-from tests.conftest import run_cli
+from tests.support import run_cli
 from tests.eval.needles import ladder_overrides, needle_row
 
 METHODS = ("memagent", "truncation", "full")

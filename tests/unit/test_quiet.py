@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 LIBRARY = textwrap.dedent("""
     import logging, os, subprocess, sys, warnings

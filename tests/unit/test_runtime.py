@@ -1,19 +1,44 @@
-"""The bounds on a command's cleanup (pipelines/raylife.py): a shutdown that never returns is
-left behind, and the command still exits with its own status instead of waiting on it at exit."""
+"""pipelines/runtime.py without starting Ray: what reaches workers, a config as another node sees
+it, and the bounds on a command's cleanup (a shutdown that never returns is left behind, and the
+command still exits with its own status instead of waiting on it at exit)."""
 
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
-from pipelines import raylife
-from tests.conftest import REPO
+from pipelines import runtime
+from pipelines.config import load_config
+from tests.support import REPO
+
+
+def test_workers_get_the_s3_settings_and_the_named_variables_only(monkeypatch):
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "t")
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "WARNING")
+    monkeypatch.setenv("MEMAGENT_HOME", "/driver/home")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    env = runtime.worker_env(TOKENIZERS_PARALLELISM="false")
+    assert env["AWS_SESSION_TOKEN"] == "t" and env["VLLM_LOGGING_LEVEL"] == "WARNING"
+    assert env["TOKENIZERS_PARALLELISM"] == "false"  # an override wins over the driver's value
+    assert "MEMAGENT_HOME" not in env  # each node keeps its own home
+
+
+def test_a_portable_config_names_the_drivers_home_and_stores_absolutely(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MEMAGENT_HOME", raising=False)
+    cfg = load_config(None, ["home=h", "ingest.store=st", "rollout.store=s3://b/st", "serve.store=sv"])
+    there = runtime.portable(cfg)
+    assert there.home == str(tmp_path / "h")
+    assert there.ingest.store == str(tmp_path / "st") and there.serve.store == str(tmp_path / "sv")
+    assert there.rollout.store == "s3://b/st" and there.eval.store is None
+    assert Path(there.home).is_absolute() and runtime.portable(there) == there
 
 
 def test_bounded_reports_a_call_that_does_not_return(monkeypatch):
-    monkeypatch.setattr(raylife, "stuck", False)  # restored after the test
+    monkeypatch.setattr(runtime, "stuck", False)  # restored after the test
     never = threading.Event()
-    assert raylife.bounded(lambda: None, 5.0) and not raylife.stuck
-    assert not raylife.bounded(never.wait, 0.2) and raylife.stuck
+    assert runtime.bounded(lambda: None, 5.0) and not runtime.stuck
+    assert not runtime.bounded(never.wait, 0.2) and runtime.stuck
     never.set()
 
 
@@ -21,9 +46,9 @@ def test_a_stuck_shutdown_does_not_hold_the_exit():
     # An exit handler that never returns stands for Ray's own atexit shutdown waiting on a dead
     # raylet: after a stuck shutdown, `memagent` exits without running it.
     script = ("import atexit, sys, threading\n"
-              "from pipelines import cli, raylife\n"
+              "from pipelines import cli, runtime\n"
               "atexit.register(threading.Event().wait)\n"
-              "raylife.stuck = True\n"
+              "runtime.stuck = True\n"
               "sys.argv = ['memagent', 'config', 'check', 'learn.steps=0']\n"
               "cli.entry()\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
