@@ -40,6 +40,9 @@ class LearnConfig(Strict):
     eps_low: float = Field(0.2, ge=0)
     eps_high: float = Field(0.28, ge=0)
     kl_coef: float = Field(0.0, ge=0)
+    # Truncated importance sampling for the engine/learner mismatch: each token's surrogate times
+    # min(pi_learner / pi_engine, tis_cap) (pipelines/learn/policy.py). None: off, until measured.
+    tis_cap: float | None = Field(None, ge=1)
     # token_mean: the paper's (long documents, more conversations, weigh more); rollout_mean:
     # each rollout weighs the same whatever its number of chunks.
     loss_agg: Literal["token_mean", "rollout_mean"] = "token_mean"

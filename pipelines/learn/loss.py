@@ -16,13 +16,29 @@ from torch import Tensor
 LossAgg = Literal["token_mean", "rollout_mean"]
 
 
-def group_advantages(rewards: Tensor, group_ids: Sequence[Hashable], norm_std: bool = False) -> Tensor:
+def group_values(group_ids: Sequence[Hashable] | Tensor) -> list[Hashable]:
+    """Group ids as values: a list (or tuple) of hashables, or a 1-D tensor. Anything else is refused:
+    a tensor's elements hash by identity, so ids left as tensors would make every rollout its own
+    group and every advantage 0, silently."""
+    if isinstance(group_ids, Tensor):
+        if group_ids.ndim != 1:
+            raise TypeError(f"group_ids: a tensor of shape {tuple(group_ids.shape)}; expected a list or a 1-D tensor")
+        return group_ids.tolist()
+    if not isinstance(group_ids, (list, tuple)):
+        raise TypeError(f"group_ids: a {type(group_ids).__name__}; expected a list or a 1-D tensor")
+    if any(isinstance(g, Tensor) for g in group_ids):
+        raise TypeError("group_ids: a list holding tensors (they hash by identity); pass values or one 1-D tensor")
+    return list(group_ids)
+
+
+def group_advantages(rewards: Tensor, group_ids: Sequence[Hashable] | Tensor, norm_std: bool = False) -> Tensor:
     """Each rollout's reward minus its group's mean: the baseline GRPO gets without a critic.
 
     Dr.GRPO drops GRPO's division by the group std: it up-weights groups that are nearly
     all right or all wrong and biases the objective. `norm_std=True` restores it with the
     population std (unbiased=False), so a group of one has std 0 and advantage 0, never NaN.
     """
+    group_ids = group_values(group_ids)
     if rewards.ndim != 1 or len(group_ids) != rewards.shape[0]:
         raise ValueError(f"rewards {tuple(rewards.shape)} and {len(group_ids)} group ids do not match")
     index: dict[Hashable, int] = {}
@@ -88,16 +104,32 @@ def _masked_mean(x: Tensor, m: Tensor) -> float:
     return float(torch.where(m, x, 0.0).sum() / m.sum().clamp(min=1))
 
 
+def tis_weights(old_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """Truncated importance sampling: min(pi_old / mu, cap) per token, and where the cap bit.
+
+    mu is what the engine sampled from (vLLM's kernels, bf16), pi_old the learner's own
+    probability of the same token; their ratio corrects the gradient toward the learner's
+    policy, and the cap bounds the variance of the rare tokens the engine over-sampled.
+    Detached: a weight on the gradient, never differentiated. 0 at masked positions."""
+    m = mask.bool()
+    raw = torch.exp(torch.where(m, old_logprobs.detach().float() - behaviour_logprobs.float(), 0.0))
+    return torch.where(m, raw.clamp(max=cap), 0.0), m & (raw > cap)
+
+
 def multi_conv_dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor, *,
                          eps_low: float = 0.2, eps_high: float = 0.28, ref_logprobs: Tensor | None = None,
                          kl_coef: float = 0.0, loss_agg: LossAgg = "token_mean", rollout_ids: Tensor | None = None,
-                         weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                         weights: Tensor | None = None, behaviour_logprobs: Tensor | None = None,
+                         tis_cap: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """The clipped surrogate over every response token of every conversation of every rollout.
 
     Each conversation of a rollout carries the rollout's advantage (its memory turns earn the
     final answer's reward). DAPO decouples the clip: eps_high > eps_low lets unlikely tokens
     with positive advantage grow further before the clip stops them ("clip-higher"), which
     keeps entropy from collapsing; the lower bound stays PPO's.
+
+    tis_cap: each token's surrogate times min(exp(old - behaviour), tis_cap) (`tis_weights`),
+    where old_logprobs are the learner's and behaviour_logprobs the engine's; None: no weight.
     """
     m = mask.bool()
     # torch.where, not multiplication: garbage (inf, NaN) at masked positions never reaches exp
@@ -107,6 +139,12 @@ def multi_conv_dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Ten
     w = loss_weights(mask, rollout_ids, loss_agg) if weights is None else torch.where(m, weights.float(), 0.0)
     ratio = torch.exp(lp - old)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    tis = None
+    if tis_cap is not None:
+        if behaviour_logprobs is None:
+            raise ValueError("tis_cap needs behaviour_logprobs (the engine's)")
+        tis = tis_weights(old_logprobs, behaviour_logprobs, mask, tis_cap)
+        surrogate = tis[0] * surrogate
     loss = -(w * surrogate).sum()
     kl = torch.zeros_like(lp)
     if ref_logprobs is not None:
@@ -122,6 +160,9 @@ def multi_conv_dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Ten
             "kl": _masked_mean(kl, m),
             "tokens": float(m.sum()),
         }
+        if tis is not None:
+            metrics["tis_weight"] = _masked_mean(tis[0], m)
+            metrics["tis_clipped"] = _masked_mean(tis[1].float(), m)
     return loss, metrics
 
 

@@ -134,3 +134,45 @@ def test_bad_aggregation_and_shapes_are_refused():
         loss_weights(torch.ones(2, 2), None, "rollout_mean")
     with pytest.raises(ValueError, match="advantages"):
         multi_conv_dapo_loss(torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(3), torch.ones(2, 2))
+
+
+def test_group_advantages_take_tensor_ids_as_values():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    want = [0.5, -0.5, 0.0, 0.0]
+    assert group_advantages(rewards, torch.tensor([7, 7, 3, 3])).tolist() == pytest.approx(want)
+    assert group_advantages(rewards, [7, 7, 3, 3]).tolist() == pytest.approx(want)
+
+
+@pytest.mark.parametrize("ids,what", [(torch.tensor([[7, 7], [3, 3]]), "shape"), ("aabb", "str"),
+                                      (iter([7, 7, 3, 3]), "iterator"), (list(torch.tensor([7, 7, 3, 3])), "tensors")])
+def test_group_advantages_refuse_ids_that_would_hash_by_identity_or_are_not_a_list(ids, what):
+    with pytest.raises(TypeError, match=f"^group_ids: [^\n]*{what}[^\n]*$"):
+        group_advantages(torch.tensor([1.0, 0.0, 1.0, 1.0]), ids)
+
+
+def test_tis_weights_truncate_the_learner_over_behaviour_ratio():
+    # learner/behaviour ratios 1, 2, 0.5 | 4, 1.5, (masked: garbage); cap 1.5
+    behaviour = torch.tensor([[-1.0, -2.0, -1.0], [-3.0, -1.0, 0.0]])
+    old = behaviour + torch.tensor([[0.0, math.log(2.0), math.log(0.5)], [math.log(4.0), math.log(1.5), NAN]])
+    lp = old.clone().requires_grad_()  # the learner's current logprobs are its old ones: DAPO ratio 1
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    loss, m = multi_conv_dapo_loss(lp, old, torch.tensor([1.0, -1.0]), mask, behaviour_logprobs=behaviour,
+                                   tis_cap=1.5)
+    w = [[1.0, 1.5, 0.5], [1.5, 1.5, 0.0]]  # min(ratio, 1.5)
+    assert loss.item() == pytest.approx(-(1.0 + 1.5 + 0.5 - 1.5 - 1.5) / 5)
+    assert m["tis_weight"] == pytest.approx(6.0 / 5) and m["tis_clipped"] == pytest.approx(2 / 5)
+    assert m["clip_low"] == 0.0 and m["clip_high"] == 0.0 and m["ratio_mean"] == pytest.approx(1.0)
+    loss.backward()
+    # d loss / d logprob = -w_tis * A / 5 (token mean); the weight itself is not differentiated
+    assert lp.grad.tolist() == [pytest.approx([-x / 5 for x in w[0]]), pytest.approx([x / 5 for x in w[1]])]
+
+
+def test_tis_off_is_the_plain_loss_and_on_needs_the_behaviour_logprobs():
+    torch.manual_seed(1)
+    lp, old, mask, adv = -torch.rand(3, 4), -torch.rand(3, 4), torch.ones(3, 4), torch.tensor([1.0, -0.5, 0.5])
+    plain, m = multi_conv_dapo_loss(lp, old, adv, mask)
+    off, _ = multi_conv_dapo_loss(lp, old, adv, mask, behaviour_logprobs=old - 5.0)
+    huge_cap, _ = multi_conv_dapo_loss(lp, old, adv, mask, behaviour_logprobs=old, tis_cap=10.0)  # weights 1
+    assert off.item() == plain.item() and huge_cap.item() == pytest.approx(plain.item()) and "tis_weight" not in m
+    with pytest.raises(ValueError, match="behaviour_logprobs"):
+        multi_conv_dapo_loss(lp, old, adv, mask, tis_cap=2.0)
