@@ -1,4 +1,4 @@
-"""Learning evidence: held-out sub_em of the base model, after the SFT warm start, and after RL
+"""Learning evidence: held-out strict scores of the base model, after the SFT warm start, and after RL
 from the SFT checkpoint, on documents as long as the training ones (1x) and 4x longer, with
 the no-memory truncation baseline beside the longest, and the paired RL - SFT difference.
 
@@ -25,8 +25,19 @@ Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT 
 change to the preset (ABLATIONS), scored at 4x with n = --n and paired against RL's cells on the
 same rows. Cells already in the results folder stand for a model this session did not train
 (each cell's model.json names the weights it scored).
-The last line is one JSON object: {"base", "sft", "rl": {task: {length: sub_em}}, "ci95": {task:
-{length: {method: [mean, lo, hi]}}}, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}},
+Scores: the strict score (pipelines.agent.reward: every gold item claimed and nothing else; SQuAD's
+em for one-of rows) leads everywhere, in points with its 95% interval; the paper's lenient sub_em
+stays beside it, labelled. `--rescore` scores the results folder's committed cells again from their
+stored predictions (no model is run) and rewrites every summary, e.g. after the scorer changed:
+
+    .venv/bin/python benchmarks/learning.py --rescore                     # benchmarks/results/learning
+    .venv/bin/python benchmarks/learning.py --rescore --suite hotpotqa
+    .venv/bin/python benchmarks/learning.py --rescore --results benchmarks/results/learning-cuts \
+        --previous benchmarks/results/learning
+
+The last line is one JSON object: {"score": "strict", "base", "sft", "rl": {task: {length: strict}},
+"strict": {task: {length: {method: [mean, lo, hi, n]}}}, "f1" (QA tasks) and "sub_em (paper's,
+lenient)": the same, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}} (strict),
 "ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "ladder": {model:
 {task: {length: {method: [mean, lo, hi, n]}}}}, "train_minutes"}; with --previous also
 "paired_vs_previous": {model: {task: {length: [mean, lo, hi, n]}}} (this run minus that one).
@@ -51,6 +62,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
+from pipelines.agent.reward import is_qa  # noqa: E402
 from pipelines.eval.stats import paired_diff  # noqa: E402
 
 
@@ -193,29 +205,38 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[st
     return out
 
 
-def scores(folder: Path, task: str, length: str, method: str) -> dict[str, float]:
-    import pyarrow.parquet as pq
+def scores(folder: Path, task: str, length: str, method: str, score: str = "strict") -> dict[str, float]:
+    """{sample_id: score} of one cell (cells written before the strict score: scored when read)."""
+    from pipelines.eval.results import read_cell
 
     path = folder / "cells" / task / length / f"{method}.parquet"
-    rows = pq.read_table(path, columns=["sample_id", "sub_em"]).to_pylist() if path.exists() else []
-    return {r["sample_id"]: r["sub_em"] for r in rows}
+    return {r["sample_id"]: r[score] for r in read_cell(str(path))} if path.exists() else {}
+
+
+LENIENT = "sub_em (paper's, lenient)"
 
 
 def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str]) -> dict:
-    ci95: dict = {}
+    by_score: dict = {"strict": {}, "f1": {}, "sub_em": {}}
     for cells, folder in done.items():
         table = table_of(folder)
         label = cells.model if cells.method == "memagent" else f"{cells.model}/{cells.method}"
         for task in (t for t in tasks if t in table):  # a cell scored with --tasks holds only those
-            ci95.setdefault(task, {}).setdefault(cells.length, {})[label] = points(table[task][cells.length][cells.method])
+            for score, out in by_score.items():
+                if score == "f1" and not is_qa(task):  # QA tasks only: SQuAD's f1 beside em
+                    continue
+                cell = table[task][cells.length][cells.method]
+                out.setdefault(task, {}).setdefault(cells.length, {})[label] = points(cell, score)
+    strict = by_score["strict"]
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
     paired = pairs(by, tasks, "sft", "rl", lengths)
     ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", lengths[1:]))}
-    means = {model: {t: {ln: v[model][0] for ln, v in ci95.get(t, {}).items() if model in v} for t in tasks}
+    means = {model: {t: {ln: v[model][0] for ln, v in strict.get(t, {}).items() if model in v} for t in tasks}
              for model in ("base", "sft", "rl")}
     scored = {c.name: json.loads((f / "model.json").read_text())["fingerprint"] for c, f in done.items()
               if (f / "model.json").exists()}
-    return {**means, "ci95": ci95, "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
+    return {"score": "strict", **means, "strict": strict, **({"f1": by_score["f1"]} if by_score["f1"] else {}),
+            LENIENT: by_score["sub_em"], "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
 
 
 def table_of(folder: Path) -> dict:
@@ -223,9 +244,10 @@ def table_of(folder: Path) -> dict:
     return json.loads((folder / "summary.json").read_text())["table"]
 
 
-def points(cell: dict) -> list:
-    """A cell's sub_em in points: [mean, lo, hi, n]."""
-    return [round(100 * cell["sub_em"], 1), round(100 * cell["sub_em_lo"], 1), round(100 * cell["sub_em_hi"], 1), cell["n"]]
+def points(cell: dict, score: str = "strict") -> list:
+    """A cell's score in points: [mean, lo, hi, n]."""
+    return [round(100 * cell[score], 1), round(100 * cell[f"{score}_lo"], 1), round(100 * cell[f"{score}_hi"], 1),
+            cell["n"]]
 
 
 def ladders(results: Path, n: int) -> dict:
@@ -250,7 +272,8 @@ def ladder_plot(folder: Path, base: list[Path], out: Path) -> Path:
 
 
 def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
-    """after - before, paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}} (points)."""
+    """after - before (strict), paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}}
+    (points)."""
     out: dict = {}
     for task in tasks:
         for length in lengths:
@@ -290,6 +313,8 @@ def main() -> None:
     p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
     p.add_argument("--previous", help="another run's results folder: each model's memory-agent cells paired "
                                       "against that run's same-named ones (e.g. a new SFT recipe against the old)")
+    p.add_argument("--rescore", action="store_true", help="score the results folder's cells again from their "
+                   "stored predictions and rewrite every summary (no training, no evaluation)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
@@ -300,7 +325,12 @@ def main() -> None:
     rl_steps = args.rl_steps or (2 if args.quick else suite.steps[1])
     work, results = Path(args.work) / suite.folder, Path(args.results) / suite.folder
     work.mkdir(parents=True, exist_ok=True)
-    stages = set(args.stages.split(","))
+    stages = set() if args.rescore else set(args.stages.split(","))
+    if args.rescore:
+        from pipelines.eval.rescore import eval_folders, rescore
+
+        for folder in eval_folders(results):
+            rescore(folder)
     runs, models = {}, {"base": "smollm2"}
     lad = ladder(args.ladder, suite.lengths[0], n_other) if args.ladder else None
     if "sft" in stages or (work / "sft" / "done.json").exists():
@@ -327,6 +357,10 @@ def main() -> None:
                **({"paired_vs_previous": against(done, Path(args.previous), tasks.split(","))} if args.previous else {}),
                "models": models,
                "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
+    if args.rescore:  # what rescoring cannot recompute (the models trained, their minutes) stays as it was
+        old = json.loads((results / "summary.json").read_text()) if (results / "summary.json").exists() else {}
+        summary = {**{k: v for k, v in old.items() if k in ("models", "train_minutes", "paired_vs_previous")},
+                   **{k: v for k, v in summary.items() if k not in ("models", "train_minutes")}}
     results.mkdir(parents=True, exist_ok=True)
     if lad and (results / lad.name / "summary.json").exists():
         base = [f for c, f in done.items() if c.model == "base" and c.method == "memagent"]

@@ -64,9 +64,9 @@ def main() -> None:
                 print(f"needle_cuts: no {task} cell in {folder}", file=sys.stderr)
                 continue
             split = {"whole": [0, 0], "cut": [0, 0]}
-            for sample_id, sub_em in rows.items():
+            for sample_id, strict in rows.items():  # the strict score: "96" for 9601526 is wrong
                 kind = split["cut" if cut[sample_id] else "whole"]
-                kind[0], kind[1] = kind[0] + int(sub_em == 1.0), kind[1] + 1
+                kind[0], kind[1] = kind[0] + int(strict == 1.0), kind[1] + 1
             summary.setdefault(model, {})[task] = split
             print(f"{model:4s} {task:14s} needle whole {split['whole'][0]}/{split['whole'][1]}, "
                   f"cut by a chunk boundary {split['cut'][0]}/{split['cut'][1]}", file=sys.stderr)
