@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,53 +106,80 @@ def decode_block(decoder: codecs.IncrementalDecoder, raw: bytes, uri: str, final
     return text
 
 
-def download_prefix(uri: str, dest: Path) -> Path:
-    """Copy every object under an s3:// prefix (or folder) into dest; skips files already there.
-    Each file appears whole (written aside, then renamed), also with several processes fetching."""
-    fs, root = resolve(uri)
-    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-    infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
-    if not infos:
-        raise UserError(f"'{uri}': no such folder or prefix, or it is empty")
-    for info in infos:
-        target = dest / info.path[len(root):].lstrip("/")
-        if target.exists() and target.stat().st_size == info.size:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:12]}.part")  # concurrent fetchers never share one
-        with fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:
-            while buf := src.read(BLOCK * 8):
-                out.write(buf)
-        tmp.rename(target)
-    return dest
+def aside(path: str) -> str:
+    """The one temp-name rule, for files and folders: `.NAME.<12 hex>.part` beside `path`. Hidden,
+    unique to its writer (several processes may write the same path), and taken by no reader's
+    pattern (*.parquet, *.jsonl, part-N, config.json)."""
+    head, name = os.path.split(str(path).rstrip("/"))
+    return os.path.join(head, f".{name}.{uuid.uuid4().hex[:12]}.part")
 
 
-def write_whole(uri: str, data: bytes) -> None:
-    """Replace one file so that a reader (or a process killed mid-write) never sees half of it:
-    a local file is written aside and renamed over, an S3 object appears when its upload completes."""
-    fs, path = resolve(uri)
+def into_place(tmp: str | Path, path: str | Path, fs: pafs.FileSystem | None = None) -> None:
+    """The one rename: `tmp`, written whole, becomes `path` (a local folder replaces a folder).
+    fs: where both are (default: the local disk); on S3 a move is a copy, then a delete."""
+    if fs is None or isinstance(fs, pafs.LocalFileSystem):
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    else:
+        fs.move(str(tmp), str(path))
+
+
+@contextmanager
+def written(fs: pafs.FileSystem, path: str) -> Iterator[str]:
+    """The path to write one file to so that it appears at `path` whole or not at all, also to a
+    reader or after a kill: local, aside(path), renamed into place after the block (removed if the
+    block fails); elsewhere `path` itself (an S3 object appears when its upload completes)."""
     if not isinstance(fs, pafs.LocalFileSystem):
-        with fs.open_output_stream(path) as f:
-            f.write(data)
+        yield path
         return
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = aside(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        yield tmp
+        into_place(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
+def download_prefix(uri: str, dest: Path) -> Path:
+    """Copy every object under an s3:// prefix (or folder) into dest; skips files already there.
+    Each file appears whole (written()), also with several processes fetching."""
+    fs, root = resolve(uri)
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+    if not infos:
+        raise UserError(f"'{uri}': no such folder or prefix, or it is empty")
+    local = pafs.LocalFileSystem()
+    for info in infos:
+        target = dest / info.path[len(root):].lstrip("/")
+        if target.exists() and target.stat().st_size == info.size:
+            continue
+        with written(local, str(target)) as tmp, fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:
+            while buf := src.read(BLOCK * 8):
+                out.write(buf)
+    return dest
+
+
+def write_whole(uri: str, data: bytes) -> None:
+    """Replace one file so that a reader (or a process killed mid-write) never sees half of it
+    (written(); a local file is on disk before it is renamed over the old one)."""
+    fs, path = resolve(uri)
+    with written(fs, path) as target:
+        if isinstance(fs, pafs.LocalFileSystem):
+            with open(target, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            with fs.open_output_stream(target) as f:
+                f.write(data)
+
+
 def publish_dir(src: Path, uri: str) -> str:
     """Copy a local folder to `uri` (folder or s3:// prefix) so that it appears whole."""
     with staged_dir(uri) as dest:
-        import shutil
-
         shutil.copytree(src, dest, dirs_exist_ok=True)
     return located(uri)
 
@@ -169,15 +197,11 @@ def staged_dir(uri: str) -> Iterator[Path]:
     fs, root = resolve(uri)
     local = isinstance(fs, pafs.LocalFileSystem)
     if local:
-        import shutil
-
-        tmp = Path(f"{root}.{uuid.uuid4().hex[:8]}.part")
+        tmp = Path(aside(root))
         tmp.mkdir(parents=True)
         try:
             yield tmp
-            if Path(root).exists():
-                shutil.rmtree(root)
-            tmp.rename(root)
+            into_place(tmp, root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pipelines.agent import reward
 from pipelines.errors import UserError
 from pipelines.eval.stats import mean_ci
-from pipelines.storage import first_line, is_s3, resolve
+from pipelines.storage import first_line, is_s3, resolve, written
 
 SCORES = (*reward.SCORES, "answer_recall")  # strict first: the headline
 # The builders' all-of tasks: the answers' kind of a record written before records kept it.
@@ -68,13 +68,8 @@ def clear_parts(parts: str) -> None:
 
 def write_cell(records: list[dict], uri: str) -> None:
     fs, path = resolve(uri)
-    table = pa.Table.from_pylist(records)
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        pq.write_table(table, f"{path}.tmp", filesystem=fs)
-        fs.move(f"{path}.tmp", path)
-    else:  # an S3 object appears whole when its upload completes
-        pq.write_table(table, path, filesystem=fs)
+    with written(fs, path) as target:
+        pq.write_table(pa.Table.from_pylist(records), target, filesystem=fs)
 
 
 def read_cell(uri: str) -> list[dict]:

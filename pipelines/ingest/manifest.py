@@ -9,7 +9,6 @@ while their object's live version is the one they were recorded for.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -17,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from pipelines.storage import written
 
 SCHEMA = pa.schema([
     ("kind", pa.string()), ("key", pa.string()), ("version", pa.string()), ("size", pa.int64()),
@@ -64,13 +65,9 @@ class ManifestView:
 
 
 def write_atomic(fs: pafs.FileSystem, path: str, table: pa.Table, **kwargs) -> None:
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.create_dir(os.path.dirname(path), recursive=True)
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table, tmp, filesystem=fs, **kwargs)
-        fs.move(tmp, path)
-    else:
-        pq.write_table(table, path, filesystem=fs, **kwargs)
+    """A parquet table that appears at `path` whole (storage.written)."""
+    with written(fs, path) as target:
+        pq.write_table(table, target, filesystem=fs, **kwargs)
 
 
 def list_parquet(fs: pafs.FileSystem, folder: str) -> list[str]:

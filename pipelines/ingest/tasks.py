@@ -27,7 +27,7 @@ from pipelines.errors import UserError
 from pipelines.ingest.manifest import list_parquet
 from pipelines.ingest.store import ChunkStore
 from pipelines.ingest.tokenizer import same_vocab, tokenizer_id
-from pipelines.storage import first_line, resolve
+from pipelines.storage import first_line, resolve, written
 
 TASK_SCHEMA_VERSION = 2
 VERSION_KEY = b"memagent.tasks.schema_version"
@@ -107,25 +107,20 @@ def write_task_rows(rows: Iterable[TaskRow], uri: str) -> int:
     fs, path = resolve(uri)
     if not path.endswith(".parquet"):
         path = f"{path}/part-00000.parquet"
-    local = isinstance(fs, pafs.LocalFileSystem)
-    if local:
-        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    target = f"{path}.tmp" if local else path
     writer, batch, n = [None], [], 0
-    try:
-        for row in rows:
-            batch.append(_record(row))
-            n += 1
-            if len(batch) >= BATCH:
+    with written(fs, path) as target:
+        try:
+            for row in rows:
+                batch.append(_record(row))
+                n += 1
+                if len(batch) >= BATCH:
+                    _flush(writer, batch, fs, target)
+                    batch = []
+            if batch or writer[0] is None:
                 _flush(writer, batch, fs, target)
-                batch = []
-        if batch or writer[0] is None:
-            _flush(writer, batch, fs, target)
-    finally:
-        if writer[0] is not None:
-            writer[0].close()
-    if local:
-        fs.move(target, path)
+        finally:
+            if writer[0] is not None:
+                writer[0].close()
     return n
 
 

@@ -31,12 +31,9 @@ import itertools
 import json
 import posixpath
 import tempfile
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
-
-import pyarrow.fs as pafs
 
 from pipelines.errors import UserError
 from pipelines.ingest.answer_evidence import answer_evidence
@@ -45,7 +42,7 @@ from pipelines.ingest.store import ChunkStore
 from pipelines.ingest.tasks import TaskRow, write_task_rows
 from pipelines.ingest.tokenizer import same_vocab
 from pipelines.ingest.user_input import FIELDS, SPLITS, BadRow, input_rows, is_parquet, parse_row, sample_id
-from pipelines.storage import BLOCK, is_s3, resolve
+from pipelines.storage import BLOCK, aside, into_place, is_s3, resolve, written
 
 
 @dataclass(frozen=True)
@@ -95,22 +92,16 @@ class Quarantined:
     def publish(self, uri: str) -> str:
         """The records at uri, whole (written aside and renamed, or one PUT); none: a stale file removed."""
         fs, path = resolve(uri)
-        local = isinstance(fs, pafs.LocalFileSystem)
         if not self.count:
             try:
                 fs.delete_file(path)
             except OSError:
                 pass
             return ""
-        target = f"{path}.{uuid.uuid4().hex[:8]}.part" if local else path
-        if local:
-            fs.create_dir(posixpath.dirname(path), recursive=True)
         self.file.seek(0)
-        with fs.open_output_stream(target, compression=None) as out:
+        with written(fs, path) as target, fs.open_output_stream(target, compression=None) as out:
             while block := self.file.read(BLOCK):
                 out.write(block.encode())
-        if local:
-            fs.move(target, path)
         return uri
 
 
@@ -122,7 +113,7 @@ class Stager:
         self.s3 = is_s3(store_uri)
         self.fs, root = resolve(store_uri)
         self.folder = f"{root}/sources/import"
-        self.tmp = f"{self.folder}/.{uuid.uuid4().hex[:12]}.jsonl.part"
+        self.tmp = aside(f"{self.folder}/import.jsonl")
         self.out, self.ids, self.digest = None, set(), hashlib.sha256()
 
     def add(self, doc_id: str, text: str) -> None:
@@ -142,7 +133,7 @@ class Stager:
             return None
         self.out.close()
         final = f"{self.folder}/{self.digest.hexdigest()[:24]}.jsonl"
-        self.fs.move(self.tmp, final)
+        into_place(self.tmp, final, self.fs)
         return f"s3://{final}" if self.s3 else final
 
     def abort(self) -> None:

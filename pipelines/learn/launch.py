@@ -14,6 +14,7 @@ from typing import Any
 
 import ray
 
+from pipelines import runtime
 from pipelines.errors import UserError
 from pipelines.learn.trainer import RunSpec, train_loop, user_error
 
@@ -67,7 +68,7 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     run = RunSpec(**{**run.__dict__, "board": board})
     path, fs = storage_of(run.out)
     lc = cfg.learn
-    cfg = cfg.model_copy(update={"home": str(cfg.home_path)})  # for nodes without MEMAGENT_HOME
+    cfg = runtime.portable(cfg)  # for nodes without MEMAGENT_HOME, and workers with another cwd
     trainer = TorchTrainer(
         train_loop, train_loop_config={"cfg": cfg, "run": run, "cursor": cursor},
         scaling_config=ScalingConfig(num_workers=lc.num_workers, use_gpu=lc.use_gpu,

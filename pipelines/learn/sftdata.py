@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from pipelines import runtime
 from pipelines.learn.packing import TrainSeq
 
 
@@ -76,7 +77,7 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     # worker, Ray Data gave the read no budget while an actor pool held its share).
     files = ray.data.from_items([{"uri": u} for u in task_files(tasks)])
     return {"train": files.map_batches(
-        trace_files, fn_kwargs={"model": model, "cfg": cfg.model_copy(update={"home": str(cfg.home_path)}),
+        trace_files, fn_kwargs={"model": model, "cfg": runtime.portable(cfg),
                                 "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout},
         batch_format="pyarrow", batch_size=1, num_cpus=0.25)}
 

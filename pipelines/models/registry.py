@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipelines.errors import UserError
 from pipelines.models.refs import RegistryRef, parse_registry_ref
+from pipelines.storage import aside, into_place
 from pipelines.track.config import TrackConfig
 from pipelines.track.redact import env_secrets, redact
 from pipelines.track.tracker import MlflowTracker, default_tracking_uri, git_commit, prepare_environment
@@ -70,19 +71,18 @@ def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
         if (dest / "config.json").is_file():
             return dest
         source = client.get_model_version(parsed.name, version).source
-        tmp = dest.with_name(f"{version}.downloading")
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = Path(aside(str(dest)))  # the artifact lands in a folder of its own name inside
         tmp.mkdir(parents=True)
-        from mlflow.artifacts import download_artifacts
+        try:
+            from mlflow.artifacts import download_artifacts
 
-        got = Path(download_artifacts(artifact_uri=source, dst_path=str(tmp), tracking_uri=uri))
+            into_place(download_artifacts(artifact_uri=source, dst_path=str(tmp), tracking_uri=uri), dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     except UserError:
         raise
     except Exception as e:
         raise _fail(ref, redact(uri), e) from None
-    shutil.rmtree(dest, ignore_errors=True)
-    got.rename(dest)
-    shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 from pipelines.errors import UserError
+from pipelines.storage import staged_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -27,8 +27,6 @@ def import_smollm2(home: Path, dtype: str = "bfloat16") -> Path:
     if not (pkg_dir / SMOLLM2_GGUF).is_file():
         raise UserError(f"model 'smollm2': {SMOLLM2_GGUF} missing in {pkg_dir}")
     dest = store_dir(home) / "smollm2"
-    tmp = dest.with_name("smollm2.importing")
-    shutil.rmtree(tmp, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF)
     loaded = AutoModelForCausalLM.from_pretrained(pkg_dir, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     # save_pretrained refuses a GGUF-loaded model: rebuild from its config, copy weights.
@@ -38,10 +36,9 @@ def import_smollm2(home: Path, dtype: str = "bfloat16") -> Path:
     config.dtype = dtype
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
-    fresh.to(getattr(torch, dtype)).save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
+    with staged_dir(str(dest)) as tmp:
+        fresh.to(getattr(torch, dtype)).save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return dest
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import ray
 
+from pipelines import runtime
 from pipelines.config import Config
-from pipelines.rollout.core import RolloutSpec, store_uri
+from pipelines.rollout.core import RolloutSpec
 from pipelines.rollout.rss import process_rss
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group
@@ -108,10 +109,9 @@ def start_workers(cfg: Config, model: str | None = None, version: int = 0, weigh
     from pipelines.models import check_remote_ref
 
     model = check_remote_ref(model or cfg.model.path, "model")
-    r = cfg.rollout.model_copy(update={"store": store_uri(cfg)})  # resolved where the cwd is the user's
-    cfg = cfg.model_copy(update={"rollout": r, "home": str(cfg.home_path)})  # for nodes without MEMAGENT_HOME
+    cfg = runtime.portable(cfg)  # its home and stores resolved here, where the cwd is the user's
     actor = ray.remote(RolloutWorker).options(**worker_options(cfg))
-    return [actor.remote(cfg, model, f"worker-{i}", version, weights) for i in range(r.workers)]
+    return [actor.remote(cfg, model, f"worker-{i}", version, weights) for i in range(cfg.rollout.workers)]
 
 
 def worker_options(cfg: Config) -> dict[str, Any]:

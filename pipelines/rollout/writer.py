@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
 from pipelines.rollout.trajectory import SCHEMA, Group, groups_from_table, to_table
-from pipelines.storage import first_line, resolve
+from pipelines.storage import first_line, resolve, written
 
 PART = re.compile(r"part-(\d{5,})\.parquet$")
 QUARANTINE_SCHEMA = pa.schema([("sample_id", pa.string()), ("reason", pa.string())])
@@ -52,13 +52,8 @@ class TrajectoryWriter:
 
     def _put(self, table: pa.Table, name: str) -> str:
         path = f"{self.root}/{name}"
-        local = isinstance(self.fs, pafs.LocalFileSystem)
-        target = f"{self.root}/.{name}.tmp" if local else path
-        if local:
-            self.fs.create_dir(self.root, recursive=True)
-        pq.write_table(table, target, filesystem=self.fs)
-        if local:
-            self.fs.move(target, path)
+        with written(self.fs, path) as target:
+            pq.write_table(table, target, filesystem=self.fs)
         return path
 
     def write(self, groups: list[Group]) -> str:

@@ -27,7 +27,7 @@ from pipelines.errors import UserError
 from pipelines.ingest.readers import iter_lines
 from pipelines.serve.access import real, under
 from pipelines.serve.schema import ServeError
-from pipelines.storage import BLOCK, first_line, resolve
+from pipelines.storage import BLOCK, first_line, resolve, written
 
 SHARD = re.compile(r"^part-(\d{6})\.parquet$")
 INPUT_SUFFIXES = (".parquet", ".jsonl")
@@ -215,13 +215,8 @@ def write_shard(output: str, k: int, rows: list[OutputRow]) -> None:
     fs.create_dir(path, recursive=True)
     names = OUTPUT_SCHEMA.names
     table = pa.Table.from_pylist([{n: getattr(r, n) for n in names} for r in rows], schema=OUTPUT_SCHEMA)
-    final = f"{path}/{shard_name(k)}"
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = f"{path}/.{shard_name(k)}.tmp"
-        pq.write_table(table, tmp, filesystem=fs)
-        fs.move(tmp, final)
-    else:
-        pq.write_table(table, final, filesystem=fs)
+    with written(fs, f"{path}/{shard_name(k)}") as target:
+        pq.write_table(table, target, filesystem=fs)
 
 
 def shard_counts(fs: pafs.FileSystem, path: str) -> tuple[int, int, int]:

@@ -59,4 +59,22 @@ def test_write_whole_survives_a_kill_mid_write(tmp_path):
         data = target.read_bytes()
         assert len(data) == size and data == data[:1] * size
     leftovers = [p.name for p in tmp_path.iterdir() if p != target]
-    assert all(name.endswith(".tmp") for name in leftovers)  # a killed write's temporary file, never the target
+    # A killed write leaves only its temporary file (storage.aside's name), never a half target.
+    assert all(name.startswith(".history.jsonl.") and name.endswith(".part") for name in leftovers), leftovers
+
+
+def test_written_replaces_the_file_whole_or_leaves_it(tmp_path):
+    import pyarrow.fs as pafs
+
+    from pipelines.storage import written
+
+    fs, target = pafs.LocalFileSystem(), tmp_path / "sub" / "part-00000.parquet"
+    with written(fs, str(target)) as aside:
+        assert aside != str(target) and aside.endswith(".part") and "/sub/.part-00000.parquet." in aside
+        open(aside, "w").write("v1")
+        assert not target.exists()  # nothing at the target while it is being written
+    assert target.read_text() == "v1"
+    with pytest.raises(RuntimeError), written(fs, str(target)) as aside:
+        open(aside, "w").write("half")
+        raise RuntimeError("failed mid-write")
+    assert target.read_text() == "v1" and [p.name for p in target.parent.iterdir()] == [target.name]
