@@ -81,7 +81,7 @@ def rollout_config(cfg: Config) -> Config:
 
 def run_cells(cfg: Config, out: str, todo: list[Cell], tracker: Tracker, workers: list | None = None) -> None:
     """Unfinished cells on one set of rollout workers, one stream per method. workers: actors
-    started with rollout_config(cfg) to reuse (else started here and stopped at the end)."""
+    to reuse, e.g. a rollout.pool.Pool's (else started here with rollout_config(cfg) and stopped at the end)."""
     import ray
     from transformers import AutoTokenizer
 
@@ -196,7 +196,7 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
 
 
 def main(cfg: Config, workers: list | None = None) -> dict:
-    """The whole ladder; workers: rollout actors started with rollout_config(cfg) to reuse."""
+    """The whole ladder; workers: rollout actors to reuse (run_cells)."""
     out = output_uri(cfg)
     cells = plan(cfg)
     check_budgets(cfg)

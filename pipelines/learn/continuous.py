@@ -73,9 +73,7 @@ def main(cfg: Config, req: Request, tracker=None) -> dict:
     state = load_state(cfg, out, absolute_uri(req.tasks))
     before = len(state["rounds"])
     deadline = time.time() + 60 * req.max_minutes if req.max_minutes else None
-    from pipelines.eval.ladder import rollout_config
-
-    pool = Pool(rollout_config(cfg))
+    pool = rollout_pool(cfg)
     try:
         loop(cfg, req, state, out, tracker, deadline, pool)
     finally:
@@ -83,6 +81,12 @@ def main(cfg: Config, req: Request, tracker=None) -> dict:
     production = alias_version(cfg.learn.registry_name, "production", cfg.home_path, cfg.track)
     return {"out": out, "rounds": [summary(r) for r in state["rounds"][before:]],
             "production": None if production is None else f"models:/{cfg.learn.registry_name}/{production}"}
+
+
+def rollout_pool(cfg: Config) -> Pool:
+    """The one pool of rollout workers for the process's evaluations and RL rounds, sized by the
+    rollout section alone: RL's scheduler plans for rollout.loops_per_worker loops per engine."""
+    return Pool(cfg)
 
 
 def loop(cfg: Config, req: Request, state: dict, out: str, tracker, deadline: float | None, pool: Pool) -> None:

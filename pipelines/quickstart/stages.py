@@ -25,9 +25,7 @@ class Run:
     pool: Pool = field(init=False)  # the rollout workers every evaluation and RL stage uses
 
     def __post_init__(self) -> None:
-        from pipelines.eval.ladder import rollout_config
-
-        self.pool = Pool(rollout_config(eval_config(self, self.cfg.model.path, "")))
+        self.pool = Pool(eval_config(self, self.cfg.model.path, ""))
 
     @property
     def store(self) -> str:
