@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("pipelines.ingest.command", "stream a corpus (local or s3://) into the chunk store"),
     "data": ("pipelines.ingest.data_command", "build task datasets (data build), import your own QA rows (data import)"),
     "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
-    "config": ("pipelines.cluster.check", "check a config without starting anything: keys, resources, window"),
+    "config": ("pipelines.cluster.check", "check a config without starting anything (keys, resources, window), or show it"),
     "train": ("pipelines.learn.command", "train the agent: SFT warm start (--sft) or Multi-Conv DAPO with rollout workers"),
 }
 

@@ -3,6 +3,7 @@ no model download), so a cluster run fails here in a second rather than on the c
 
     memagent --config configs/cluster-qwen2.5-7b.yaml config check
     memagent --config configs/cluster-qwen2.5-7b.yaml config check --json rollout.workers=32
+    memagent config show                 # every setting in effect, defaults included, as YAML
 
 Checked: unknown keys and bad values (as every command loads its config: one line naming
 the key); the rollout workers and the learner against the `cluster:` section; shared storage
@@ -25,7 +26,8 @@ def add_arguments(p) -> list:
     sub = p.add_subparsers(dest="config_command", required=True)
     check = sub.add_parser("check", help="validate the config: keys, resources against cluster:, window budget")
     check.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    return [check]
+    show = sub.add_parser("show", help="print every setting in effect (defaults included) as YAML")
+    return [check, show]
 
 
 def check(cfg: Config) -> dict:
@@ -51,6 +53,11 @@ def run(cfg: Config, args) -> None:
     from pipelines.track.redact import env_secrets, redact
 
     source = args.config or str(DEFAULT_CONFIG)
+    if args.config_command == "show":
+        import yaml
+
+        print(redact(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), env_secrets()), end="")
+        return
     result = {"config": source, **check(cfg)}
     secrets = env_secrets()
     if args.json:

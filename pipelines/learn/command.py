@@ -31,11 +31,66 @@ def add_arguments(p) -> None:
     p.add_argument("--once", action="store_true", help="--continuous: train on what is new, then exit")
 
 
+# SmolLM2-135M-Instruct's shape: the embedded recipe's rates, trained layers and budgets are its.
+RECIPE_MODEL = {"num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152}
+MODEL_SETTINGS = ("learn.lr", "learn.sft.lr", "learn.freeze_layers", "learn.token_budget",
+                  "agent.chunk_size", "agent.memory_budget", "agent.final_budget")
+
+
+def recipe_line(cfg: Config, sft: bool, source: str | None) -> str:
+    """The one line naming the recipe a run uses: where it comes from and the settings that matter."""
+    learn, a, r = cfg.learn, cfg.agent, cfg.rollout
+    layers = f"layers above {learn.freeze_layers} trained" if learn.freeze_layers else "every layer trained"
+    if learn.lora is not None:
+        layers = f"LoRA rank {learn.lora.rank}"
+    mode = (f"SFT: lr {learn.lr:g} (learn.sft.lr), {learn.sft_batch} conversations a step" if sft else
+            f"RL: lr {learn.lr:g}, {r.batch_groups} groups of {r.group_size} a step, kl {learn.kl_coef:g}")
+    origin = f"config '{source}'" if source else "the embedded SmolLM2-135M recipe (no --config)"
+    return (f"recipe: {origin}; {mode}, {layers}, {learn.steps} steps; agent chunk {a.chunk_size}, "
+            f"memory {a.memory_budget}, answer {a.final_budget} tokens")
+
+
+def model_notice(model_dir) -> str | None:
+    """A line for a model whose shape is not the recipe's: the settings to review for it."""
+    try:
+        shape = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if all(shape.get(k) == v for k, v in RECIPE_MODEL.items()):
+        return None
+    return (f"notice: model '{model_dir.name}' is not SmolLM2-135M (the embedded recipe's); review "
+            f"{', '.join(MODEL_SETTINGS)} for it")
+
+
+def check_sft_overrides(overrides: list[str]) -> None:
+    """An SFT run takes these from learn.sft: a learn.X=... override would be silently replaced."""
+    from pipelines.learn.config import SftConfig
+
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key.startswith("learn.") and key.removeprefix("learn.") in SftConfig.model_fields:
+            raise UserError(f"override '{item}': an SFT run takes it from learn.sft.{key.removeprefix('learn.')} "
+                            f"({key} is RL's)")
+
+
+def announce(cfg: Config, sft: bool, source: str | None) -> None:
+    from pipelines import logs
+    from pipelines.models import config_model_dir
+
+    print(recipe_line(cfg, sft, source), file=logs.console(), flush=True)
+    if notice := model_notice(config_model_dir(cfg)):
+        print(notice, file=logs.console(), flush=True)
+
+
 def run(cfg: Config, args) -> None:
     from pipelines.learn import runs
     from pipelines.learn.job import TrainRequest, main
     from pipelines.track.tracker import command_run, create_tracker
 
+    if args.sft:
+        check_sft_overrides(getattr(args, "overrides", []) or [])
+    cfg = cfg.model_copy(update={"learn": cfg.learn.for_mode(args.sft)})
+    announce(cfg, args.sft, getattr(args, "config", None))
     if args.continuous:
         from pipelines.learn import continuous
 

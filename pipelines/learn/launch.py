@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from pipelines import runtime
+from pipelines import logs, runtime
 from pipelines.errors import UserError
 from pipelines.learn.trainer import RunSpec, train_loop, user_error
 
@@ -24,16 +24,20 @@ class Board:
 
     def __init__(self):
         self.rows: list[tuple[int, dict]] = []
+        self.notes: list[str] = []  # status lines between steps (RL waiting for a batch)
         self.error: str | None = None  # a learner worker's bad-input message
 
     def put(self, step: int, metrics: dict) -> None:
         self.rows.append((step, metrics))
 
+    def note(self, line: str) -> None:
+        self.notes.append(line)
+
     def fail(self, message: str) -> None:
         self.error = self.error or message
 
-    def since(self, n: int) -> tuple[list[tuple[int, dict]], str | None]:
-        return self.rows[n:], self.error
+    def since(self, n: int, n_notes: int = 0) -> tuple[list[tuple[int, dict]], list[str], str | None]:
+        return self.rows[n:], self.notes[n_notes:], self.error
 
 
 def data_config(lc):
@@ -80,10 +84,13 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     box: dict = {}
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer)), daemon=True)
     thread.start()
-    seen = 0
+    seen = noted = 0
     while True:
         done = not thread.is_alive()  # before the read, so the read sees every row
-        rows, error = ray.get(board.since.remote(seen))
+        rows, notes, error = ray.get(board.since.remote(seen, noted))
+        for line in notes:
+            print(line, file=logs.console(), flush=True)
+            noted += 1
         for step, metrics in rows:
             on_step(step, metrics)
             seen += 1

@@ -46,6 +46,8 @@ class Counters:
     kept: int = 0  # groups that entered the buffer
     delivered: int = 0
     filtered: int = 0  # all rewards equal (dynamic sampling)
+    filtered_in_a_row: int = 0  # since the last kept group: RL without signal when it keeps growing
+    filtered_reward: float = 0.0  # sum of the filtered groups' (equal) rewards: their mean tells all-right from all-wrong
     stale: int = 0  # too stale when taken
     retried: int = 0  # re-runs after a worker failure
     failed: int = 0  # groups given up on (bad row, repeated worker deaths): quarantined
@@ -152,10 +154,13 @@ class Scheduler:
             return "duplicate"
         if self.limits.drop_equal_rewards and group.all_equal:
             self.counters.filtered += 1
+            self.counters.filtered_in_a_row += 1
+            self.counters.filtered_reward += group.trajectories[0].reward if group.trajectories else 0.0
             self.settled.append(group.group_id)
             return "filtered"
         self._buffer.append(group)
         self.counters.kept += 1
+        self.counters.filtered_in_a_row = 0
         return "kept"
 
     def on_failure(self, group_id: str, attempt: int) -> bool:

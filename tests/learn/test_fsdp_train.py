@@ -37,8 +37,8 @@ def test_sharded_sft_keeps_its_best_model(tmp_path, tiny_model_dir, tokenizer):
     tasks = str(tmp_path / "tasks")
     write_task_rows(synthetic_rows(48, token_counter(tokenizer)), tasks)
     proc = run_cli("train", "--sft", "--tasks", tasks, "--out", str(tmp_path / "sft"), "--steps", "2",
-                   *rl_overrides(tiny_model_dir), *FSDP, "agent.final_budget=16", "learn.sft_batch=8",
-                   "learn.checkpoint_every=2", timeout=900)
+                   *rl_overrides(tiny_model_dir, sft=True), *FSDP[:-1], "learn.sft.threads=1", "agent.final_budget=16", "learn.sft_batch=8",
+                   "learn.sft.checkpoint_every=2", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "heldout" in proc.stderr  # the held-back loss was scored (collectively) at the checkpoint
     best = load_file(f"{tmp_path / 'sft' / 'best'}/model.safetensors")

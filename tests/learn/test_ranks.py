@@ -17,8 +17,9 @@ from pipelines.learn.packing import TrainSeq
 from pipelines.learn.policy import Policy
 from pipelines.learn.trainer import grad_sync
 from tests.support import free_port
+from tests.tiny import TINY_LEARN
 
-CFG = LearnConfig(lr=1e-3, token_budget=64, grad_clip=1e9, seed=0)
+CFG = LearnConfig(lr=1e-3, token_budget=64, grad_clip=1e9, seed=0, **TINY_LEARN)
 
 
 def batch(vocab: int, sft: bool) -> list[TrainSeq]:

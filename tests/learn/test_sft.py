@@ -16,6 +16,7 @@ from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import TraceRows, seq_of
 from pipelines.learn.weights import save_hf_folder
 from tests.learn.rows import synthetic_rows, token_counter
+from tests.tiny import TINY_LEARN
 
 
 def test_sft_on_a_constant_answer_learns_to_box_it(tmp_path, tiny_model_dir, tokenizer):
@@ -29,7 +30,7 @@ def test_sft_on_a_constant_answer_learns_to_box_it(tmp_path, tiny_model_dir, tok
     assert {tokenizer.decode(t["response_ids"], skip_special_tokens=True) for t in finals} == {"\\boxed{7}"}
     batch = [seq_of(t) for t in traces]
 
-    policy = Policy(str(tiny_model_dir), LearnConfig(lr=1e-2, token_budget=2048, seed=0))
+    policy = Policy(str(tiny_model_dir), LearnConfig(lr=1e-2, token_budget=2048, seed=0, **TINY_LEARN))
     losses = []
     for _ in range(60):  # ~30 steps at this learning rate; stops as soon as the answer is learnt
         losses.append(policy.step(batch, sft=True)["loss"])

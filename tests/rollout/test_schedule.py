@@ -147,3 +147,15 @@ def test_random_interleavings_deliver_every_row_once_within_bounds():
         kept = [g.sample_id for g in delivered]
         assert len(kept) == len(set(kept)) == n - s.counters.filtered
         assert s.counters.started == n and not s.in_flight
+
+
+def test_groups_dropped_in_a_row_and_their_reward_are_counted_until_one_is_kept():
+    s = Scheduler((row(i) for i in range(6)), 2, limits())
+    a = drain(s)
+    for task, _ in a[:3]:
+        assert s.on_result(group(task.group_id, (1.0, 1.0)), 0) == "filtered"
+    assert (s.counters.filtered_in_a_row, s.counters.filtered_reward) == (3, 3.0)
+    s.on_result(mixed(a[3][0]), 0)
+    assert (s.counters.filtered_in_a_row, s.counters.filtered) == (0, 3)
+    s.on_result(group(a[4][0].group_id, (0.0, 0.0)), 0)
+    assert (s.counters.filtered_in_a_row, s.counters.filtered_reward) == (1, 3.0)

@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from pipelines.learn.config import LearnConfig
 from pipelines.learn.packing import TrainSeq
 from pipelines.learn.policy import Policy
+from tests.tiny import TINY_LEARN
 
 
 def test_checkpointed_step_has_the_plain_steps_gradients(tmp_path):
@@ -21,7 +22,7 @@ def test_checkpointed_step_has_the_plain_steps_gradients(tmp_path):
                       [-rng.uniform(3.0, 6.0) for _ in range(10)], (0.5, -0.5)[i % 2], i // 2) for i in range(4)]
     grads = []
     for checkpointed in (False, True):
-        policy = Policy(str(tmp_path), LearnConfig(lr=1e-3, token_budget=64, grad_checkpoint=checkpointed))
+        policy = Policy(str(tmp_path), LearnConfig(lr=1e-3, token_budget=64, grad_checkpoint=checkpointed, **TINY_LEARN))
         assert policy.model.is_gradient_checkpointing == checkpointed and policy.device.type == "cpu"
         m = policy.step(batch)
         assert torch.isfinite(torch.tensor(m["loss"]))

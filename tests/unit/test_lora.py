@@ -6,6 +6,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from pipelines.learn.config import LearnConfig, LoraConfig
 from pipelines.learn.lora import merged_state_dict
 from pipelines.learn.policy import make_trainable, plain_weights, store_frozen_bf16
+from tests.tiny import TINY_LEARN
 
 
 def tiny(seed: int = 0) -> LlamaForCausalLM:
@@ -17,7 +18,7 @@ def tiny(seed: int = 0) -> LlamaForCausalLM:
 
 def test_lora_trains_only_adapters_and_merges_exactly():
     model = tiny()
-    params = make_trainable(model, LearnConfig(lora=LoraConfig(rank=4, alpha=8.0)))
+    params = make_trainable(model, LearnConfig(lora=LoraConfig(rank=4, alpha=8.0), **TINY_LEARN))
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     assert params and all("lora_" in n for n in names)
     with torch.no_grad():
