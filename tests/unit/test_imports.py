@@ -1,5 +1,6 @@
 """The house: every module of pipelines/ imports in a fresh interpreter, no cycle in the import
-graph, no import of a module that is gone, one loop driver.
+graph (of modules, and of packages other than through the config composition root), no import
+of a module that is gone, one loop driver, one place that starts Ray, one atomic rename.
 
 Imports count wherever they are in a file (a lazy import inside a function still ties its
 module to the other one), so a cycle cannot hide behind a function-level import.
@@ -111,6 +112,62 @@ def test_graph_helpers_find_a_cycle():
 def test_no_import_cycle_between_modules():
     found = cycles(import_graph(module_names()))
     assert not found, "import cycles in pipelines/:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def package_of(module: str) -> str:
+    """pipelines.rollout.pool -> pipelines.rollout; a top-level module (pipelines.storage) is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]], root: str = "pipelines.config") -> dict[str, set[str]]:
+    """package -> the packages its modules import, without `root` (which imports every section's
+    config, each of which may import Config back for its type)."""
+    out: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        p = package_of(module)
+        if p != root:
+            out.setdefault(p, set()).update(q for q in map(package_of, deps) if q not in (p, root))
+    return out
+
+
+def test_graph_helpers_find_a_package_cycle_but_not_one_through_the_root():
+    graph = {"pipelines.a.x": {"pipelines.b.y"}, "pipelines.b.y": {"pipelines.config"},
+             "pipelines.config": {"pipelines.a.z"}, "pipelines.a.z": set()}
+    assert cycles(package_graph(graph)) == []
+    graph["pipelines.b.y"].add("pipelines.a.z")
+    assert cycles(package_graph(graph)) == [["pipelines.a", "pipelines.b", "pipelines.a"]]
+
+
+def test_no_import_cycle_between_packages_but_through_the_config_root():
+    found = cycles(package_graph(import_graph(module_names())))
+    assert not found, "package import cycles in pipelines/:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def calls_outside(home: str, match) -> list[str]:
+    """file:line of each call in pipelines/ outside the file `home` whose callee match(func) takes
+    (calls only: a docstring's example is not one)."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(REPO).as_posix() != home:
+            out += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and match(node.func)]
+    return out
+
+
+def on(func: ast.Attribute, name: str) -> bool:
+    return isinstance(func.value, ast.Name) and func.value.id == name
+
+
+def test_ray_is_started_or_joined_in_runtime_only():
+    stray = calls_outside("pipelines/runtime.py", lambda f: f.attr == "init" and on(f, "ray"))
+    assert not stray, f"ray.init outside pipelines/runtime.py (use runtime.connect or runtime.session): {stray}"
+
+
+def test_files_are_renamed_into_place_in_storage_only():
+    """os.replace / os.rename, Path.rename, a filesystem's or shutil's move: the atomic write's rename."""
+    stray = calls_outside("pipelines/storage.py", lambda f: f.attr in ("rename", "move") or
+                          (f.attr == "replace" and on(f, "os")))
+    assert not stray, f"a rename outside pipelines/storage.py (use storage.written, staged_dir, into_place): {stray}"
 
 
 def test_every_import_names_a_module_that_exists():
