@@ -4,10 +4,13 @@
 
 Builds train and held-out needle questions and ingests their documents into a chunk store,
 scores the base model on the held-out questions, warm-starts it (SFT on memory traces),
-trains it with Multi-Conv DAPO for a few minutes, scores it again, registers it in MLflow
-(@production if the name has no production version yet, else @candidate), serves that
-version and answers held-out questions as a batch job through it. Interrupted and re-run,
-it skips finished stages (HOME/quickstart/stages.json). The last line is one JSON object.
+scores it, trains it with Multi-Conv DAPO for a few minutes, scores it again on the same rows
+(the strict score), and registers the better of the two in MLflow by continuous training's
+gate (SFT + RL only when its paired gain's 95% interval clears learn.continuous.margin, else
+the SFT model; @production if the name has no production version yet, else @candidate),
+serves that version and answers held-out questions as a batch job through it. Interrupted and
+re-run, it skips finished stages (HOME/quickstart/stages.json). The last line is one JSON
+object: held-out strict scores before, after SFT and after RL, which model was kept and why.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
     ("eval_sft", "score the SFT model", lambda r: stages.evaluate(r, "eval_sft", r.done["sft"]["model"])),
     ("rl", "train with Multi-Conv DAPO on the rollout workers", lambda r: stages.train(r, "rl")),
     ("eval_after", "score the trained model", lambda r: stages.evaluate(r, "eval_after", r.done["rl"]["model"])),
-    ("register", "register the trained model in MLflow", stages.register),
+    ("register", "register the better of SFT and SFT + RL in MLflow", stages.register),
     ("serve", "serve the registered version, run a batch job through it", stages.serve),
 ]
 
@@ -60,10 +63,12 @@ def main(cfg: Config, fresh: bool = False) -> dict:
     finally:
         run.pool.close()
     minutes = round((time.perf_counter() - started) / 60, 2)
-    return {"before": done["eval_before"]["sub_em"], "after_sft": done["eval_sft"]["sub_em"],
-            "after": done["eval_after"]["sub_em"], "n": done["eval_after"]["n"], "model": done["register"]["model"],
-            "alias": done["register"]["alias"], "minutes": minutes,
-            "stage_seconds": {k: v["seconds"] for k, v in done.items()}}
+    evals = {"before": "eval_before", "after_sft": "eval_sft", "after": "eval_after"}
+    reg = done["register"]
+    return {"score": "strict", **{k: done[v]["strict"] for k, v in evals.items()},
+            "sub_em": {k: done[v]["sub_em"] for k, v in evals.items()}, "n": done["eval_after"]["n"],
+            "kept": reg["kept"], "rl_gain": reg["rl_gain"], "why": reg["why"], "model": reg["model"],
+            "alias": reg["alias"], "minutes": minutes, "stage_seconds": {k: v["seconds"] for k, v in done.items()}}
 
 
 def add_arguments(p) -> None:

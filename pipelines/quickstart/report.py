@@ -1,5 +1,6 @@
-"""The quickstart's closing summary: accuracy before and after, rates, one held-out answer with
-the memories that led to it, and where everything is."""
+"""The quickstart's closing summary: the held-out strict score before and after each training
+stage (the paper's lenient sub_em beside it), which model was kept and why, rates, one held-out
+answer with the memories that led to it, and where everything is."""
 
 from __future__ import annotations
 
@@ -7,30 +8,32 @@ from pipelines.config import Config
 
 
 def pct(r: dict) -> str:
-    return f"{100 * r['sub_em']:5.1f} %  [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]  n={r['n']}"
+    return (f"{100 * r['strict']:5.1f} %  [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]  n={r['n']}"
+            f"   (sub_em, the paper's lenient: {100 * r['sub_em']:.1f} %)")
 
 
 def example(before_rows: str, after_rows: str) -> dict | None:
-    """A held-out question the trained model answers and the base model missed (else the first)."""
-    import pyarrow.parquet as pq
+    """A held-out question the kept model answers and the base model missed (else the first)."""
+    from pipelines.eval.results import read_cell
 
-    after = pq.read_table(after_rows).to_pylist()
-    missed = {r["sample_id"] for r in pq.read_table(before_rows, columns=["sample_id", "sub_em"]).to_pylist()
-              if not r["sub_em"]}
-    return next((r for r in after if r["sub_em"] and r["sample_id"] in missed), after[0] if after else None)
+    after = read_cell(after_rows)
+    missed = {r["sample_id"] for r in read_cell(before_rows) if not r["strict"]}
+    return next((r for r in after if r["strict"] and r["sample_id"] in missed), after[0] if after else None)
 
 
 def summary_lines(cfg: Config, done: dict, out: dict) -> list[str]:
     from pipelines.track.tracker import default_tracking_uri
 
-    rl = done["rl"]
-    lines = ["", "== memagent quickstart ==", "held-out sub_em (95% interval):",
+    rl, reg = done["rl"], done["register"]
+    kept = {"sft": "the SFT model", "rl": "the SFT + RL model"}[reg["kept"]]
+    lines = ["", "== memagent quickstart ==", "held-out strict score (95% interval):",
              f"  base model      {pct(done['eval_before'])}",
              f"  after SFT       {pct(done['eval_sft'])}",
              f"  after SFT + RL  {pct(done['eval_after'])}",
+             f"kept {kept}: RL's {reg['why']}",
              f"rollout: {rl.get('rollout_tokens_per_s', 0):.0f} generated tokens/s; "
              f"learner: {rl.get('train_tokens_per_s', 0):.0f} tokens/s ({rl['steps']} RL steps)"]
-    row = example(done["eval_before"]["rows"], done["eval_after"]["rows"])
+    row = example(done["eval_before"]["rows"], done["eval_after" if reg["kept"] == "rl" else "eval_sft"]["rows"])
     if row is not None:
         lines += ["", f"one held-out question: {row['question']}  (gold: {', '.join(row['answers'])})"]
         lines += [f"  memory after chunk {i}: {m}" for i, m in enumerate(row["memory"] or [], 1)]

@@ -56,15 +56,24 @@ def eval_config(run: Run, model: str, out: str) -> Config:
 
 
 def evaluate(run: Run, name: str, model: str | None) -> dict:
-    """Held-out sub_em of `model` (None: the base) on the held-out rows, through the ladder."""
+    """Held-out strict score of `model` (None: the base) on the held-out rows, through the ladder;
+    the paper's lenient sub_em beside it."""
     from pipelines.eval.ladder import main as ladder
 
     workers = run.pool.load(model)
     out = str(run.root / name)
     cfg = eval_config(run, model or run.cfg.model.path, out)
     cell = ladder(cfg, workers)["summary"][cfg.eval.tasks[0]][cfg.eval.lengths[0]]["memagent"]
-    return {"sub_em": cell["sub_em"], "lo": cell["sub_em_lo"], "hi": cell["sub_em_hi"], "n": cell["n"],
+    return {"strict": cell["strict"], "lo": cell["strict_lo"], "hi": cell["strict_hi"], "n": cell["n"],
+            "sub_em": cell["sub_em"], "sub_em_lo": cell["sub_em_lo"], "sub_em_hi": cell["sub_em_hi"],
             "rows": f"{out}/cells/{cfg.eval.tasks[0]}/{cfg.eval.lengths[0]}/memagent.parquet"}
+
+
+def row_scores(rows: str) -> dict[str, float]:
+    """{sample_id: strict score} of one evaluation's cell."""
+    from pipelines.eval.results import read_cell
+
+    return {r["sample_id"]: float(r["strict"]) for r in read_cell(rows) if r.get("error") is None}
 
 
 def learn_config(run: Run, updates: dict, model: str) -> Config:
@@ -104,21 +113,30 @@ def train(run: Run, kind: str) -> dict:
 
 
 def register(run: Run) -> dict:
-    """The trained model as a new version with its held-out figures: @production if the name has
-    none yet, else @candidate (promoting it is a person's decision)."""
+    """The better of SFT and SFT + RL on the same held-out rows, by continuous training's gate
+    (learn.gate.verdict: RL only when its paired gain's 95% interval clears
+    learn.continuous.margin, else the SFT model), as a new version with its held-out figures:
+    @production if the name has none yet, else @candidate (promoting it is a person's decision)."""
+    from pipelines.learn.gate import verdict
     from pipelines.models import config_model_dir
     from pipelines.models.registry import alias_version, register_model
 
-    cfg, q = run.cfg, run.cfg.quickstart
-    before, after = run.done["eval_before"], run.done["eval_after"]
+    cfg, q, done = run.cfg, run.cfg.quickstart, run.done
+    v = verdict(row_scores(done["eval_sft"]["rows"]), row_scores(done["eval_after"]["rows"]),
+                cfg.learn.continuous.margin)
+    kept = "rl" if v.better else "sft"
+    chosen = done["eval_after" if v.better else "eval_sft"]
     production = alias_version(q.registry_name, "production", cfg.home_path, cfg.track)
     alias = "production" if production is None else "candidate"
-    metrics = {"heldout_sub_em_before": before["sub_em"], "heldout_sub_em_after_sft": run.done["eval_sft"]["sub_em"],
-               "heldout_sub_em": after["sub_em"], "heldout_n": after["n"]}
-    tags = {"train_run": run.done["rl"]["run_id"], "base_model": cfg.model.path}
-    ref = register_model(config_model_dir(cfg, run.done["rl"]["model"]), q.registry_name, cfg.home_path, cfg.track,
-                         metrics=metrics, alias=alias, tags=tags, run_id=run.done["rl"]["run_id"])
-    return {"model": ref, "alias": alias}
+    metrics = {"heldout_strict_before": done["eval_before"]["strict"],
+               "heldout_strict_after_sft": done["eval_sft"]["strict"],
+               "heldout_strict_after_rl": done["eval_after"]["strict"], "heldout_strict": chosen["strict"],
+               "heldout_sub_em": chosen["sub_em"], "heldout_n": chosen["n"], "heldout_rl_gain": v.gain,
+               "heldout_rl_gain_lo": v.lo, "heldout_rl_gain_hi": v.hi}
+    tags = {"train_run": done[kept]["run_id"], "base_model": cfg.model.path, "kept": kept, "why": v.why}
+    ref = register_model(config_model_dir(cfg, done[kept]["model"]), q.registry_name, cfg.home_path, cfg.track,
+                         metrics=metrics, alias=alias, tags=tags, run_id=done[kept]["run_id"])
+    return {"model": ref, "alias": alias, "kept": kept, "why": v.why, "rl_gain": v.paired}
 
 
 def serve(run: Run) -> dict:

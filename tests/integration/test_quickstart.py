@@ -2,7 +2,8 @@
 the transformers engine: the figures that show learning come from the real recipe, see the
 README). Its first run is stopped by SIGTERM right after the SFT stage; the second run must
 skip what was done and finish: store rows, MLflow runs and a registered version, batch results
-one per input all exist and agree."""
+one per input all exist and agree. The random model answers nothing before or after RL, so the
+gate keeps (and registers) the SFT model: RL is promoted only on a gain its held-out rows show."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def test_the_stage_outputs_exist_and_agree(runs):
     home, _, (_, out, _) = runs
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["n"] == 3 and all(0.0 <= summary[k] <= 1.0 for k in ("before", "after_sft", "after"))
+    assert summary["score"] == "strict" and set(summary["sub_em"]) == {"before", "after_sft", "after"}
+    assert summary["kept"] == "sft" and summary["rl_gain"][3] == 3 and "does not clear" in summary["why"]
     assert summary["model"] == "models:/memagent-quickstart/1" and summary["alias"] == "production"
     root = home / "quickstart"
     ledger = json.loads((root / "stages.json").read_text())
@@ -77,7 +80,8 @@ def test_the_stage_outputs_exist_and_agree(runs):
     batch = pq.read_table(ledger["serve"]["output"]).to_pylist()
     heldout = {r["sample_id"] for r in pq.read_table(root / "tasks" / "eval").to_pylist()}
     assert len(batch) == 2 and {r["id"] for r in batch} <= heldout and not any(r["error"] for r in batch)
-    assert "held-out sub_em" in out and "mlflow ui --backend-store-uri" in out
+    assert "held-out strict score" in out and "kept the SFT model: RL's paired gain" in out
+    assert "mlflow ui --backend-store-uri" in out
 
 
 def test_mlflow_holds_the_runs_and_the_registered_version(runs):
@@ -91,5 +95,6 @@ def test_mlflow_holds_the_runs_and_the_registered_version(runs):
     commands = [r.data.tags.get("command") for e in client.search_experiments()
                 for r in client.search_runs([e.experiment_id])]
     assert commands.count("eval") >= 3 and commands.count("train") >= 2
-    tags = client.get_run(mv.run_id).data.tags  # the version's lineage: the RL run that made it
-    assert tags["command"] == "train" and tags["quickstart"] == "rl"
+    tags = client.get_run(mv.run_id).data.tags  # the version's lineage: the SFT run that made the kept model
+    assert tags["command"] == "train" and tags["quickstart"] == "sft" and tags["kept"] == "sft"
+    assert float(mv.tags["heldout_rl_gain_lo"]) <= 0.02
