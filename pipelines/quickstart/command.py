@@ -38,6 +38,15 @@ STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
 ]
 
 
+# What a stage's result must hold now; one recorded by an older quickstart without it is run again
+# (an evaluation reads its finished cells back, so only the register stage does work again).
+NEEDS = {"eval_before": "strict", "eval_sft": "strict", "eval_after": "strict", "register": "kept"}
+
+
+def finished(done: dict, name: str) -> bool:
+    return name in done and NEEDS.get(name, "seconds") in done[name]
+
+
 def main(cfg: Config, fresh: bool = False) -> dict:
     from pipelines.storage import remove_tree
 
@@ -52,7 +61,7 @@ def main(cfg: Config, fresh: bool = False) -> dict:
     started = time.perf_counter()
     try:
         for i, (name, what, stage) in enumerate(STAGES, 1):
-            if name in done:
+            if finished(done, name):
                 print(f"[{i}/{len(STAGES)}] {name}: done earlier", file=logs.console())
                 continue
             print(f"[{i}/{len(STAGES)}] {name}: {what} ...", file=logs.console(), flush=True)
