@@ -23,9 +23,12 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines import logs
+
+if TYPE_CHECKING:
+    from pipelines.config import Config
 
 GRACE_S = 5.0
 SHUTDOWN_S = 30.0
@@ -56,8 +59,30 @@ def connect(log_to_driver: bool | None = None, local_cpus: int | None = None, im
     if local_cpus is not None and not address:
         options["num_cpus"] = local_cpus
     ctx = ray.init(address=address, **options)
+    route_ray_errors()
     logging.getLogger("memagent").info("Ray workers' logs: %s/logs", ctx.address_info.get("session_dir"))
     return True
+
+
+def route_ray_errors() -> None:
+    """Ray's driver prints the errors its raylets push (e.g. Serve's controller ending itself at
+    shutdown: "(raylet) Task ServeController.graceful_shutdown failed ... killed by `ray.kill`")
+    straight to stdout, whatever log_to_driver says. Outside --verbose they go where every library
+    line goes (the command's log file), as a warning of the `ray` logger."""
+    import ray._private.worker as ray_worker
+
+    printer = ray_worker.print_to_stdstream
+    if getattr(printer, "routed", False):
+        return
+
+    def print_or_log(data: dict, ignore_prefix: bool) -> None:
+        if logs.shown():
+            return printer(data, ignore_prefix)
+        for line in data.get("lines", []):
+            logging.getLogger("ray").warning("(%s) %s", data.get("pid", ""), line)
+
+    print_or_log.routed = True
+    ray_worker.print_to_stdstream = print_or_log
 
 
 @contextlib.contextmanager
@@ -85,15 +110,14 @@ def worker_env(**overrides: str) -> dict[str, str]:
     return {**env, **overrides}
 
 
-def portable(cfg):
+def portable(cfg: Config) -> Config:
     """`cfg` as a process on another node (or with another working directory) must see it: the
     home this driver uses made absolute (a node without MEMAGENT_HOME uses it), every chunk
     store's local path made absolute (s3:// unchanged)."""
     from pipelines.storage import absolute_uri
 
-    def stored(section, field: str = "store"):
-        uri = getattr(section, field)
-        return section.model_copy(update={field: absolute_uri(uri)}) if uri else section
+    def stored(section):
+        return section.model_copy(update={"store": absolute_uri(section.store)}) if section.store else section
 
     return cfg.model_copy(update={"home": str(cfg.home_path), "ingest": stored(cfg.ingest),
                                   "rollout": stored(cfg.rollout), "eval": stored(cfg.eval),

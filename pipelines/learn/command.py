@@ -1,12 +1,15 @@
 """`memagent train`: the learner with rollout workers (RL), or alone on memory traces (--sft).
 
-    memagent train --sft --steps 40 --out .memagent/train/sft agent.chunk_size=256 agent.memory_budget=64
+    memagent train --sft --out .memagent/train/sft          # the embedded SmolLM2 recipe's warm start
     memagent train --steps 20 --out .memagent/train/rl model.path=.memagent/train/sft/best
     memagent train --resume --steps 40 --out .memagent/train/rl     # continues at step 21
     memagent train --continuous --tasks data/tasks --out .memagent/train/continuous --once  # pipelines.learn.continuous
 
 --steps N stops after optimizer step N counted from the run's start, so a resumed run
 continues to N. The last line is one JSON object: model, version, steps, checkpoint.
+Without --config the settings are the SmolLM2-135M recipe (pipelines/learn/config.py); an SFT
+run takes its rate, steps, threads and checkpoint interval from learn.sft. The first line on
+stderr names the recipe; a model of another shape gets a notice naming the settings to review.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
     keep_from, last_batch = state.version, time.perf_counter()
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()
-        groups = share(ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step)) if rank == 0 else None, world)
+        groups = share(take_batch(cfg, run, step) if rank == 0 else None, world)
         if not groups:
             break
         wait_s, every_s, last_batch = time.perf_counter() - t0, time.perf_counter() - last_batch, time.perf_counter()
@@ -181,6 +181,43 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
             metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
                             if k in ("filtered", "stale", "kept", "delivered")})
         report(cfg, run, policy, state, metrics, rank)
+
+
+def take_batch(cfg, run: RunSpec, step: int) -> list:
+    """Step `step`'s groups from the hub. While none is ready, a status line every learn.status_s
+    (groups generated, dropped for equal rewards, their mean reward); a UserError once
+    learn.max_dropped_groups groups in a row were dropped: RL without signal would wait forever."""
+    last = time.monotonic()
+    while (groups := ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step, TAKE_POLL_S))) is None:
+        stats = ray.get(run.hub.stats.remote())
+        if time.monotonic() - last >= cfg.learn.status_s:
+            ray.get(run.board.note.remote(waiting_line(step, stats)))
+            last = time.monotonic()
+        check_signal(stats, cfg.learn.max_dropped_groups)
+    return groups
+
+
+TAKE_POLL_S = 5.0  # how often a waiting learner looks at the hub's counters
+
+
+def waiting_line(step: int, stats: dict) -> str:
+    dropped = stats["filtered"]
+    mean = stats["filtered_reward"] / dropped if dropped else 0.0
+    return (f"step {step}: waiting for a batch: {stats['started']} groups generated, {stats['kept']} kept, "
+            f"{dropped} dropped for equal rewards (mean reward {mean:.2f}), {stats['filtered_in_a_row']} in a row")
+
+
+def check_signal(stats: dict, limit: int) -> None:
+    """One line naming the cause and the remedy once `limit` groups in a row had equal rewards."""
+    if stats["filtered_in_a_row"] < limit:
+        return
+    mean = stats["filtered_reward"] / stats["filtered"]
+    kind = "all right" if mean >= 0.999 else "all wrong" if mean <= 0.001 else "all equal"
+    remedy = ("rows this easy teach nothing: harder or longer rows" if kind == "all right" else
+              "a model that never earns a reward learns nothing from RL: SFT first (`memagent train --sft`), "
+              "or easier rows")
+    raise UserError(f"RL without signal: {stats['filtered_in_a_row']} groups in a row had equal rewards "
+                    f"({kind}, mean reward {mean:.2f}; learn.max_dropped_groups={limit}): {remedy}")
 
 
 def registered_version(run: RunSpec, default: int) -> int:

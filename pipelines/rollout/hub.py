@@ -1,7 +1,7 @@
 """The rollout service as a Ray actor, so the learner's rank 0 reaches it over Ray.
 
     hub = start_hub(cfg, tasks_uri, version, weights, cursor)
-    groups = ray.get(hub.take.remote(n, step))      # the batch of optimizer step `step`
+    groups = ray.get(hub.take.remote(n, step, 5.0)) # the batch of optimizer step `step` (None: not yet)
     hub.push.remote(uri, version)                   # returns at once; workers swap between steps
     state = ray.get(hub.cursor_for.remote(step))    # the data cursor to checkpoint with step
     hub.ack.remote(step)                            # that checkpoint is safe
@@ -55,14 +55,18 @@ class RolloutHub:
             self._index[seq] = index
             yield row
 
-    def take(self, n: int, step: int, timeout: float | None = None) -> list[Group]:
+    def take(self, n: int, step: int, timeout: float | None = None) -> list[Group] | None:
         """The batch of step `step`: the same groups however often it is asked (a learner
-        restarted while its first call still waits asks again; serialised, both get one batch)."""
+        restarted while its first call still waits asks again; serialised, both get one batch).
+        None when no batch was ready within `timeout` seconds (the learner asks again)."""
         with self._taking:
             with self._lock:
                 if step in self._pending:
                     return self._pending[step]
-            groups = self.service.take(n, timeout)
+            try:
+                groups = self.service.take(n, timeout)
+            except TimeoutError:
+                return None
             with self._lock:
                 self._pending[step] = groups
             return groups

@@ -25,6 +25,7 @@ import pytest
 from infra.mlflow_server import MlflowServer
 from tests.cluster.raynodes import LocalCluster, RayNode
 from tests.support import REPO, run_cli
+from tests.tiny import TINY_LEARN_OVERRIDES
 
 pytestmark = pytest.mark.slow  # a Ray cluster of two nodes, SeaweedFS and an MLflow server
 
@@ -39,7 +40,7 @@ COMMON = [f"model.path={MODEL}", "engine.kind=hf", "engine.dtype=float32", "agen
           "rollout.batch_groups=1", "rollout.buffer_groups=2", "rollout.drop_equal_rewards=false",
           "learn.worker_resources={node_b: 1}", "learn.lr=1e-3", "eval.concurrency=4",
           f"serve.store={STORE}", f"serve.state_dir={ROOT}/serve", "serve.shard_rows=2",
-          "serve.replica_resources={node_b: 1}"]
+          "serve.replica_resources={node_b: 1}", *TINY_LEARN_OVERRIDES]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -98,3 +100,16 @@ def test_mlflow_holds_the_runs_and_the_registered_version(runs):
     tags = client.get_run(mv.run_id).data.tags  # the version's lineage: the SFT run that made the kept model
     assert tags["command"] == "train" and tags["quickstart"] == "sft" and tags["kept"] == "sft"
     assert float(mv.tags["heldout_rl_gain_lo"]) <= 0.02
+
+
+# What a library writes when it reaches the terminal: Ray's forwarded worker and raylet lines ("(raylet)",
+# "(RolloutWorker pid=...)"), logging records (levels, timestamps), warnings, progress bars, tracebacks.
+LIBRARY = re.compile(r"^\s*(\x1b\[[0-9;]*m)?\((raylet|\w+ pid=\d+|pid=\d+)|\b(INFO|WARNING|DEBUG|ERROR)\b"
+                     r"|^\d{4}-\d\d-\d\d[ T]\d\d:|^\[[WIE] |Warning:|it/s\]|Traceback|^\s+File \"")
+
+
+def test_no_library_line_reaches_the_terminal_shutdown_included(runs):
+    """Outside --verbose the command's own lines only, to its very end (Serve's and Ray's shutdown too)."""
+    _, _, (_, out, err) = runs
+    leaked = [line for line in (out + err).splitlines() if LIBRARY.search(line)]
+    assert not leaked, leaked[:10]

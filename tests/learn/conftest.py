@@ -24,18 +24,21 @@ import pytest
 from tests.support import REPO, run_cli
 from tests.learn.rewards import LOG_ENV
 from tests.learn.rows import synthetic_rows, token_counter
+from tests.tiny import TINY_LEARN_OVERRIDES
 
 N_ROWS = 40  # more than one run can use: the stream never wraps, so a row's index is its number
 STEPS, KILL_AT, BATCH_GROUPS, BUFFER_GROUPS = 6, 3, 2, 4
 
 
-def rl_overrides(model_dir: Path) -> list[str]:
-    """Small everything: 2 chunks of 128 tokens, 16-token memories, 2 groups of 2 per step."""
+def rl_overrides(model_dir: Path, sft: bool = False) -> list[str]:
+    """Small everything: 2 chunks of 128 tokens, 16-token memories, 2 groups of 2 per step.
+    sft: the rate and checkpoints as an SFT run takes them (learn.sft.*)."""
+    mode = "learn.sft" if sft else "learn"
     return [f"model.path={model_dir}", "engine.kind=hf", "engine.dtype=float32", "agent.chunk_size=128",
-            "agent.memory_budget=16", "agent.final_budget=8", "learn.lr=1e-2", "learn.checkpoint_every=1",
+            "agent.memory_budget=16", "agent.final_budget=8", f"{mode}.lr=1e-2", f"{mode}.checkpoint_every=1",
             "learn.keep_versions=2", "rollout.group_size=2", f"rollout.batch_groups={BATCH_GROUPS}",
             f"rollout.buffer_groups={BUFFER_GROUPS}", "rollout.loops_per_worker=8", "rollout.worker_num_cpus=0.5",
-            "rollout.reward=tests.learn.rewards:logged_length_reward", "track.enabled=false"]
+            "rollout.reward=tests.learn.rewards:logged_length_reward", "track.enabled=false", *TINY_LEARN_OVERRIDES]
 
 
 @dataclass

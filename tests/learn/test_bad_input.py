@@ -75,7 +75,8 @@ def test_task_rows_without_answers(capsys, tmp_path, tokenizer, base):
 def test_sft_rows_without_evidence(capsys, tmp_path, tokenizer, base):
     rows = [replace(r, evidence=None) for r in synthetic_rows(2, token_counter(tokenizer))]
     write_task_rows(rows, str(tmp_path / "tasks"))
-    check_error(train(capsys, "--sft", "--tasks", str(tmp_path / "tasks"), "--out", str(tmp_path / "out"), *base),
+    sft = rl_overrides(base[0].removeprefix("model.path="), sft=True)
+    check_error(train(capsys, "--sft", "--tasks", str(tmp_path / "tasks"), "--out", str(tmp_path / "out"), *sft),
                 "task row 'r00'", "no evidence")
 
 
@@ -146,3 +147,18 @@ def test_a_token_budget_below_one_conversation(tmp_path, tasks, base):
     proc = run_cli("train", "--tasks", tasks, "--steps", "2", "--out", str(tmp_path / "out"), *base,
                    "learn.token_budget=64", "learn.max_failures=2")
     check_error(proc, "learn.token_budget=64", "below one conversation of")
+
+
+def test_rl_without_signal_says_so_then_stops_with_the_cause(tmp_path, base, tokenizer):
+    """The tiny random model never boxes the answer: under the real (strict) reward every group is
+    all-wrong and dropped by dynamic sampling. The run prints the dropped-group status while it waits,
+    then ends with one line naming the cause and the remedy, before any step."""
+    tasks = str(tmp_path / "tasks")
+    write_task_rows(synthetic_rows(40, token_counter(tokenizer)), tasks)
+    strict = [o for o in base if not o.startswith("rollout.reward=")]
+    proc = run_cli("train", "--tasks", tasks, "--steps", "2", "--out", str(tmp_path / "out"), *strict,
+                   "learn.max_dropped_groups=6", "learn.status_s=0.1")
+    check_error(proc, "RL without signal", "all wrong", "SFT first")
+    waiting = [line for line in proc.stderr.splitlines() if "waiting for a batch" in line]
+    assert waiting and "dropped for equal rewards (mean reward 0.00)" in waiting[0], proc.stderr[-2000:]
+    assert "step 1/2 " not in proc.stderr  # no step was trained

@@ -24,6 +24,7 @@ import pytest
 from tests.support import REPO, run_cli
 from tests.learn.conftest import kill_session
 from tests.learn.rows import synthetic_rows, token_counter
+from tests.tiny import TINY_LEARN_OVERRIDES
 
 NAME = "continuous-test"
 
@@ -43,8 +44,8 @@ def setup(tmp_path_factory, tiny_model_dir, tokenizer):
     write_task_rows(rows("h", 8, "eval", "7"), str(root / "heldout"))
     overrides = [
         f"model.path={tiny_model_dir}", "engine.kind=hf", "engine.dtype=float32", "agent.chunk_size=128",
-        "agent.memory_budget=16", "agent.final_budget=8", "learn.lr=1e-2", "learn.steps=20", "learn.sft_batch=4", "learn.sft_epochs=6",
-        "learn.sft_heldout=0.25", "learn.checkpoint_every=100", "learn.continuous.poll_s=1",
+        "agent.memory_budget=16", "agent.final_budget=8", "learn.sft.lr=1e-2", "learn.sft.steps=20", "learn.sft_batch=4", "learn.sft_epochs=6",
+        "learn.sft_heldout=0.25", "learn.sft.checkpoint_every=100", *TINY_LEARN_OVERRIDES, "learn.continuous.poll_s=1",
         "learn.continuous.margin=0.5", "learn.continuous.eval_n=8", "eval.concurrency=4", "eval.traces=0",
         "rollout.worker_num_cpus=0.5", f"track.tracking_uri=sqlite:///{root / 'mlflow.db'}",
         f"learn.registry_name={NAME}"]

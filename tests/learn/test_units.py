@@ -277,3 +277,18 @@ def test_pin_to_a_core_the_machine_lacks_is_one_line_naming_the_setting():
 
     with pytest.raises(UserError, match=r"learn.cpu_cores=\[4095\]"):
         pin((4095,))
+
+
+def test_rl_without_signal_names_all_wrong_or_all_right_and_the_remedy():
+    from pipelines.errors import UserError
+    from pipelines.learn.trainer import check_signal, waiting_line
+
+    stats = {"started": 9, "kept": 1, "filtered": 8, "filtered_in_a_row": 8, "filtered_reward": 0.0}
+    check_signal(stats, 9)  # below the limit: nothing
+    with pytest.raises(UserError, match=r"8 groups in a row .*all wrong.*SFT first"):
+        check_signal(stats, 8)
+    with pytest.raises(UserError, match=r"all right.*harder or longer rows"):
+        check_signal({**stats, "filtered_reward": 8.0}, 8)
+    line = waiting_line(3, {**stats, "filtered_reward": 2.0})
+    assert line == ("step 3: waiting for a batch: 9 groups generated, 1 kept, 8 dropped for equal rewards "
+                    "(mean reward 0.25), 8 in a row")
