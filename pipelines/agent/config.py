@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from pipelines.agent.templates import check_gates
 from pipelines.typed import Strict
 
 # memagent: the memory loop; truncation / full: the one-turn baselines of the evaluation ladder.
@@ -22,3 +23,11 @@ class AgentConfig(Strict):
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int = 0
+    # Gated memory (pipelines.agent.gates): a memory turn may keep the memory or end the reading.
+    # Off: the released checkpoints' loop and prompts, byte for byte. On: template "gated".
+    gates: bool = False
+
+    @model_validator(mode="after")
+    def _gates_match_template(self) -> AgentConfig:
+        check_gates(self.gates, self.template)
+        return self

@@ -7,6 +7,11 @@
 
 The loop never calls an engine: a driver (pipelines.engine.driver.run_loop) can interleave
 thousands of loops, submitting each sample's next turn the moment its previous one returns.
+
+With a gated template (agent.gates, pipelines.agent.gates) a memory turn may keep the memory
+(its request carries the keep marker as a stop string, so the engine ends the turn there) or
+end the reading: the next request is then the final turn, and the rest of the document is
+never taken from the chunk stream.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pipelines.agent.codec import ChatCodec
+from pipelines.agent.gates import KEEP, read_gate, ungated
 from pipelines.agent.reward import extract_boxed
 from pipelines.agent.templates import TemplateSet
 from pipelines.agent.turns import AgentResult, Response, TurnRequest, record_turn
@@ -47,7 +53,7 @@ class AgentLoop:
         self.memory = templates.initial_memory  # the memory text the next turn sees
         self._pending: TurnRequest | None = None
         self._result = AgentResult(question)
-        self._done = False
+        self._done = self._exited = False
 
     @property
     def done(self) -> bool:
@@ -58,12 +64,13 @@ class AgentLoop:
             raise RuntimeError("next_request() called twice without feed()")
         if self._done:
             return None
-        chunk = next(self._chunks, None)
+        chunk = None if self._exited else next(self._chunks, None)
         turn = len(self._result.memory)
         if chunk is not None:
             self._result.doc_tokens += len(chunk)
             text = self._templates.update_prompt(self.question, self.memory, self._codec.decode(chunk))
-            req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget)
+            stop = (KEEP,) if self._templates.gated else ()
+            req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget, stop)
         else:
             if turn == 0:
                 raise UserError("document: empty (no tokens to read)")
@@ -74,14 +81,19 @@ class AgentLoop:
 
     def feed(self, response: Response) -> None:
         req, self._pending = self._pending, None
-        self._result.turns.append(record_turn(req, response, self._keep))
-        if req.is_final:
+        if req is None or req.is_final:
+            self._result.turns.append(record_turn(req, response, self._keep))
             self._result.answer = response.text
             self._result.prediction = extract_boxed(response.text)
             self._done = True
-        else:
-            self.memory = response.text.strip()
-            self._result.memory.append(self.memory)
+            return
+        gate = (read_gate if self._templates.gated else ungated)(response.text)
+        self._result.turns.append(record_turn(req, response, self._keep, gate.action))
+        if gate.memory is not None:
+            self.memory = gate.memory
+        self._result.malformed += gate.malformed
+        self._result.memory.append(self.memory)
+        self._exited = gate.action == "exited"
 
     @property
     def progress(self) -> AgentResult:

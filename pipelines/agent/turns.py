@@ -20,6 +20,9 @@ class TurnRequest:
     is_final: bool
     prompt_ids: list[int]
     max_tokens: int
+    # Strings that end the turn early (a gated turn's keep marker). Unlike OpenAI's stop, the
+    # response text keeps the stop string: the loop reads it.
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,17 @@ class TurnRecord:
     version: int
     version_end: int
     seconds: float
+    # Memory turns: "updated" (wrote the memory), "kept" (left it unchanged), "exited" (wrote it
+    # and ended the reading: pipelines.agent.gates); answer turns: "final".
+    gate: str = "updated"
+
+
+def gate_counts(turns: list[TurnRecord]) -> tuple[int, int, int | None]:
+    """(chunks read, memory updates, the chunk (1-based) whose turn ended the reading or None)
+    of one rollout's turns: its memory turns, those not kept, the exited one."""
+    memory = [t.gate for t in turns if not t.is_final]
+    exits = [i for i, g in enumerate(memory, 1) if g == "exited"]
+    return len(memory), sum(g != "kept" for g in memory), exits[0] if exits else None
 
 
 @dataclass
@@ -53,14 +67,29 @@ class AgentResult:
     question: str
     answer: str = ""
     prediction: str | None = None
-    doc_tokens: int = 0
+    doc_tokens: int = 0  # document tokens read (an exited loop leaves the rest unread)
     memory: list[str] = field(default_factory=list)  # the memory after each memory turn
     turns: list[TurnRecord] = field(default_factory=list)
     truncated: bool = False  # the one-turn baselines: the document was cut to fit the window
+    malformed: int = 0  # gated turns whose marker was malformed (their text taken as the memory)
 
     @property
     def memory_tokens(self) -> list[int]:
         return [len(t.response_ids) for t in self.turns if not t.is_final]
+
+    @property
+    def chunks_read(self) -> int:
+        return len(self.memory)
+
+    @property
+    def memory_updates(self) -> int:
+        """Memory turns not kept (ungated: every one)."""
+        return gate_counts(self.turns)[1]
+
+    @property
+    def exit_chunk(self) -> int | None:
+        """The chunk (1-based) whose turn ended the reading; None: read to the end."""
+        return gate_counts(self.turns)[2]
 
     @property
     def n_turns(self) -> int:
@@ -80,8 +109,9 @@ class Loop(Protocol):
     def result(self) -> AgentResult: ...  # the result, once the final turn was fed
 
 
-def record_turn(req: TurnRequest | None, resp: Response, keep_ids: bool) -> TurnRecord:
-    """Check a fed response against its request and make its record."""
+def record_turn(req: TurnRequest | None, resp: Response, keep_ids: bool, gate: str | None = None) -> TurnRecord:
+    """Check a fed response against its request and make its record (gate: "updated" for a memory
+    turn, "final" for an answer turn unless given)."""
     if req is None:
         raise RuntimeError("feed() without a pending request")
     if len(resp.token_ids) > req.max_tokens:
@@ -89,4 +119,4 @@ def record_turn(req: TurnRequest | None, resp: Response, keep_ids: bool) -> Turn
     ids = list(resp.token_ids)
     return TurnRecord(req.prompt_ids if keep_ids else [], ids, resp.logprobs, resp.finish_reason,
                       req.is_final, req.max_tokens, resp.version, max(resp.version, resp.version_end),
-                      resp.seconds)
+                      resp.seconds, gate or ("final" if req.is_final else "updated"))

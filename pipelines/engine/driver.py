@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from pipelines.agent.config import AgentConfig
-from pipelines.agent.turns import AgentResult, Loop
+from pipelines.agent.turns import AgentResult, Loop, TurnRequest
 from pipelines.engine.base import Engine, GenRequest, Sampling
 
 # Called with the result so far after every turn: its last TurnRecord, memory, tokens read.
@@ -22,11 +22,19 @@ def agent_sampling(cfg: AgentConfig) -> Sampling:
     return Sampling(temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
 
 
+def turn_sampling(sampling: Sampling, req: TurnRequest) -> Sampling:
+    """One turn's sampling: its token budget, and its stop strings (a gated turn's keep marker),
+    kept in the text for the loop to read."""
+    if req.stop:
+        return replace(sampling, max_tokens=req.max_tokens, stop=req.stop, include_stop=True)
+    return replace(sampling, max_tokens=req.max_tokens)
+
+
 async def run_loop(engine: Engine, loop: Loop, sampling: Sampling, on_turn: OnTurn | None = None) -> AgentResult:
     """Drive one loop to its end; max_tokens comes from each request. `on_turn(progress)` runs
     after every turn (streamed traces, training progress); it may be a coroutine function."""
     while (req := loop.next_request()) is not None:
-        resp = await engine.generate(GenRequest(replace(sampling, max_tokens=req.max_tokens), req.prompt_ids))
+        resp = await engine.generate(GenRequest(turn_sampling(sampling, req), req.prompt_ids))
         if sampling.logprobs and (resp.logprobs is None or len(resp.logprobs) != len(resp.token_ids)):
             raise RuntimeError("engine returned no logprob for some sampled tokens")
         loop.feed(resp)

@@ -16,8 +16,8 @@ What the manager fixes per engine rather than per request, and what we do about 
   - one random generator, seeded from `engine.seed`: per-request seeds are not honoured.
   - logprobs are those of the distribution sampled from (after temperature), as in
     HF `generate`'s scores; a greedy token's is ~0.
-  - no stop strings: a request with some is streamed (every token comes back) and
-    cancelled at the first, which frees its slot at the next step.
+  - no stop strings: a request with some is streamed (every token comes back, with its
+    logprob) and cancelled at the first, which frees its slot at the next step.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import itertools
 import math
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.agent.turns import Response
 from pipelines.engine.base import Delta, GenRequest, Sampling
 from pipelines.engine.config import EngineConfig
-from pipelines.engine.streaming import TextDeltas, collect
+from pipelines.engine.streaming import TextDeltas
 from pipelines.errors import UserError
 
 GREEDY_TEMPERATURE = 1e-6
@@ -115,10 +116,8 @@ class HFBatchEngine:
         s = request.sampling
         version, start = self.version, time.perf_counter()
         if s.stop:  # the manager knows no stop strings: the stream watches the text and cancels at one
-            if s.logprobs:
-                raise ValueError("hf_batch engine: logprobs with stop strings are not supported")
-            ids, text, finish = await collect(self.stream(request))
-            return Response(ids, text, finish, None, version, self.version, time.perf_counter() - start)
+            ids, text, finish, logprobs = await self._until_stop(request)
+            return Response(ids, text, finish, logprobs, version, self.version, time.perf_counter() - start)
         prompt = await self._prepare(request)
         done = asyncio.get_running_loop().create_future()
 
@@ -137,22 +136,50 @@ class HFBatchEngine:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Response(ids, text, self._finish(ids, s), logprobs, version, self.version, time.perf_counter() - start)
 
+    async def _until_stop(self, request: GenRequest) -> tuple[list[int], str, str, list[float] | None]:
+        """(ids, text, finish reason, logprobs) of a request with stop strings, ended at the first."""
+        s = request.sampling
+        deltas, text, finish, logprobs = TextDeltas(self.tokenizer, s.stop, s.include_stop), [], None, []
+        async with aclosing(self._outputs(request)) as outputs:
+            async for out in outputs:
+                piece = deltas.push(list(out.generated_tokens)[len(deltas.ids):s.max_tokens])
+                logprobs = out.logprobs
+                if piece is not None:
+                    text.append(piece.text)
+                    if piece.finish_reason:
+                        finish = piece.finish_reason
+                        break
+        if finish is None:
+            last = deltas.finish(self._finish(deltas.ids, s))
+            text.append(last.text)
+            finish = last.finish_reason
+        ids = deltas.ids
+        return ids, "".join(text), finish, [float(x) for x in logprobs[:len(ids)]] if s.logprobs else None
+
     async def stream(self, request: GenRequest) -> AsyncIterator[Delta]:
         s = request.sampling
-        prompt = await self._prepare(request)
-        outputs: asyncio.Queue = asyncio.Queue()
-        rid = self._add(prompt, s, outputs.put_nowait, streaming=True)
-        deltas, finished = TextDeltas(self.tokenizer, s.stop), False
-        try:
-            while not finished:
-                out = _checked(await outputs.get())
-                finished = out.is_finished()
+        deltas = TextDeltas(self.tokenizer, s.stop, s.include_stop)
+        async with aclosing(self._outputs(request)) as outputs:
+            async for out in outputs:
                 piece = deltas.push(list(out.generated_tokens)[len(deltas.ids):s.max_tokens])
                 if piece is not None:
                     yield piece
                     if piece.finish_reason:
                         return
-            yield deltas.finish(self._finish(deltas.ids, s))
+        yield deltas.finish(self._finish(deltas.ids, s))
+
+    async def _outputs(self, request: GenRequest) -> AsyncIterator[Any]:
+        """The manager's outputs of one streamed request, one per step, up to the finished one;
+        closed early, the request is cancelled and its slot freed at the next step."""
+        prompt = await self._prepare(request)
+        outputs: asyncio.Queue = asyncio.Queue()
+        rid = self._add(prompt, request.sampling, outputs.put_nowait, streaming=True)
+        finished = False
+        try:
+            while not finished:
+                out = _checked(await outputs.get())
+                finished = out.is_finished()
+                yield out
         finally:
             if not finished:
                 self._cancel(rid)

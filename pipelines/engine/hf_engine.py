@@ -2,7 +2,8 @@
 
 Requests run one at a time in a worker thread; correctness, not speed, is its job. A
 stream gets each token from transformers' streamer hook, and a closed stream stops the
-generation at its next token (a stopping criterion), so its worker is free again.
+generation at its next token (a stopping criterion), so its worker is free again. Stop
+strings are a stopping criterion on the new text, so a stopped turn keeps its logprobs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from transformers.generation.streamers import BaseStreamer
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.turns import Response
 from pipelines.engine.base import Delta, GenRequest, Sampling
-from pipelines.engine.streaming import TextDeltas, collect
+from pipelines.engine.streaming import TextDeltas, cut_at_stop
 
 
 class HFEngine:
@@ -34,13 +35,7 @@ class HFEngine:
         return list(request.prompt_ids if request.prompt_ids is not None else self.codec.encode_chat(request.messages))
 
     async def generate(self, request: GenRequest) -> Response:
-        s = request.sampling
         version, start = self.version, time.perf_counter()
-        if s.stop:  # transformers' stop_strings also match across the prompt's end: the stream checks new text only
-            if s.logprobs:
-                raise ValueError("hf engine: logprobs with stop strings are not supported")
-            ids, text, finish = await collect(self.stream(request))
-            return Response(ids, text, finish, None, version, self.version, time.perf_counter() - start)
         prompt = self._prompt(request)
         async with self._lock:
             ids, text, finish, logprobs = await asyncio.to_thread(self._generate, prompt, request.sampling)
@@ -58,14 +53,17 @@ class HFEngine:
                 pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id, **extra)
 
     def _generate(self, prompt: list[int], s: Sampling) -> tuple:
-        out = self._run(prompt, s, output_scores=True, return_dict_in_generate=True)
+        # transformers' own stop_strings also match across the prompt's end: this checks new text only
+        stops = {"stopping_criteria": StoppingCriteriaList([_StopText(self.tokenizer, len(prompt), s.stop)])}
+        out = self._run(prompt, s, output_scores=True, return_dict_in_generate=True, **(stops if s.stop else {}))
         ids = out.sequences[0, len(prompt):].tolist()
         logprobs = None
         if s.logprobs:  # `scores` are after temperature and top_p: the distribution sampled from
             steps = torch.stack(out.scores, dim=0)[:, 0, :].float()
             lp = torch.log_softmax(steps, dim=-1)
             logprobs = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-        return ids, self.tokenizer.decode(ids, skip_special_tokens=True), self._finish(ids, s), logprobs
+        text, stopped = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), s.stop, s.include_stop)
+        return ids, text, "stop" if stopped else self._finish(ids, s), logprobs
 
     def _finish(self, ids: list[int], s: Sampling) -> str:
         eos = self.tokenizer.eos_token_id
@@ -75,7 +73,7 @@ class HFEngine:
         s = request.sampling
         prompt = self._prompt(request)
         feed = _Feed(asyncio.get_running_loop())
-        deltas = TextDeltas(self.tokenizer, s.stop)
+        deltas = TextDeltas(self.tokenizer, s.stop, s.include_stop)
         async with self._lock:
             work = asyncio.ensure_future(asyncio.to_thread(
                 self._run, prompt, s, streamer=feed, stopping_criteria=StoppingCriteriaList([feed])))
@@ -121,3 +119,15 @@ class _Feed(BaseStreamer, StoppingCriteria):
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
         return torch.full((input_ids.shape[0],), self.closed.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _StopText(StoppingCriteria):
+    """Ends generation at the token that completes a stop string in the generated text."""
+
+    def __init__(self, tokenizer, prompt_len: int, stops: tuple[str, ...]):
+        self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, stops
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        done = [cut_at_stop(self.tokenizer.decode(row[self.prompt_len:].tolist(), skip_special_tokens=True),
+                            self.stops)[1] for row in input_ids]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

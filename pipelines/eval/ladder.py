@@ -22,6 +22,7 @@ from pathlib import Path
 from pipelines import logs
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
+from pipelines.eval.records import gate_metrics
 from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
 from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
                                     read_cell, read_parts, summarize, write_cell, write_part)
@@ -154,7 +155,7 @@ def save_complete(book, out: str, tracker: Tracker) -> int:
     for cell, records in book.complete():
         write_cell(records, cell_uri(out, *cell))
         clear_parts(parts_uri(out, *cell))
-        tracker.log_metrics(flat_metrics({cell: summarize(records)}))
+        tracker.log_metrics({**flat_metrics({cell: summarize(records)}), **gate_metrics(cell, records)})
         n += 1
     return n
 
@@ -171,6 +172,8 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
     summary = {c: summarize(recs) for c, recs in cells.items()}
     table = format_table(summary, e.tasks, e.lengths, e.methods)
     metrics = flat_metrics(summary)
+    for c, recs in cells.items():
+        metrics.update(gate_metrics(c, recs))
     nested = {}
     for (task, length, method), cell in summary.items():
         nested.setdefault(task, {}).setdefault(length, {})[method] = cell

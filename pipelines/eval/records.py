@@ -3,7 +3,8 @@
 A record keeps what the table, the CSV and the memory traces need, never the document or
 the token ids: the question, gold answers and their kind, prediction, raw answer, scores
 (pipelines.agent.reward.SCORES, strict first, computed from the prediction), document tokens,
-turns, the memory (every step for the first `traces` rows of a cell, else the last one).
+turns, the gates' counts, the memory (every step for the first `traces` rows of a cell, else
+the last one).
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from dataclasses import dataclass
 from pipelines.agent.reward import answer_recall, scores
 from pipelines.ingest.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
+from pipelines.track.metrics import GATE_EXIT_FRACTION, GATE_MALFORMED, GATE_UPDATE_RATE, gate_metric
 
 MAX_ANSWER_CHARS = 2000
+# The gates' part of a record (pipelines.agent.gates): chunks read and left unread, memory turns
+# not kept, the chunk whose turn exited (None: read to the end), malformed markers.
+GATES_NONE = {"chunks_read": 0, "chunks_unread": 0, "memory_updates": 0, "exit_chunk": None, "malformed": 0}
 Cell = tuple[str, str, str]  # (task, length, method)
 
 
@@ -31,14 +36,16 @@ def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
     return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method, "index": index,
             "question": row.question, "answers": list(row.answers), "answer_kind": row.answer_kind,
             "prediction": None, "answer": "", "strict": 0.0, "em": 0.0, "sub_em": 0.0, "f1": 0.0,
-            "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0}
+            "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0,
+            **GATES_NONE}
 
 
 def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
     _, length, method = ref.cell
     rec = base_record(ref.row, method, length, ref.index)
     rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
-               turns=len(t.turns), truncated=t.truncated,
+               turns=len(t.turns), truncated=t.truncated, chunks_read=t.chunks_read, chunks_unread=t.chunks_unread,
+               memory_updates=t.memory_updates, exit_chunk=t.exit_chunk, malformed=t.malformed,
                memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
     row = ref.row
     rec.update(scores(t.prediction, row.answers, row.answer_kind),
@@ -53,3 +60,16 @@ def quarantine_record(ref: RowRef, reason: str) -> dict:
     rec = base_record(ref.row, method, length, ref.index)
     rec["error"] = reason.removeprefix("UserError: ")
     return rec
+
+
+def gate_metrics(cell: Cell, records: list[dict]) -> dict[str, float]:
+    """A memory-agent cell's gate metrics (gate/{task}/{length}/...) over its rows that ran;
+    none for the baselines and for cells recorded before the gates."""
+    task, length, method = cell
+    ran = [r for r in records if r.get("error") is None and r.get("chunks_read")]
+    if method != "memagent" or not ran:
+        return {}
+    read, unread = sum(r["chunks_read"] for r in ran), sum(r["chunks_unread"] for r in ran)
+    values = {GATE_UPDATE_RATE: sum(r["memory_updates"] for r in ran) / read,
+              GATE_EXIT_FRACTION: unread / (read + unread), GATE_MALFORMED: float(sum(r["malformed"] for r in ran))}
+    return {gate_metric(name, task, length): v for name, v in values.items()}

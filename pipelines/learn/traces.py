@@ -15,6 +15,14 @@ agent that keeps exactly what answers the question:
 - the final turn writes `\\boxed{gold}` (the first gold answer; every answer, comma-separated,
   for all-of rows).
 
+With a gated template (agent.gates, pipelines.agent.gates) the same memories teach the two gates:
+a chunk that leaves the memory as it was (no new evidence, not even part of a piece) is answered
+`[KEEP]`, alone and without EOS, as an engine returns a turn it stopped at the marker; the chunk
+that completes the row's evidence writes its memory ending in `[EXIT]`, and the final turn comes
+next (one-of rows: complete once a piece holding a gold answer is read whole; all-of rows, and
+one-of rows none of whose pieces holds an answer, once every piece is). The marker's tokens are
+kept free in every gated memory's budget.
+
 The prompts come from driving the real AgentLoop with these scripted responses, so they are
 byte-identical to what the agent sees at inference. A response is its text's tokens plus EOS,
 as an engine's response ends when it stops. Nothing is random: a row gives the same trace on
@@ -30,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pipelines.agent.codec import ChatCodec
+from pipelines.agent.gates import EXIT, KEEP
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.agent.templates import TemplateSet
 from pipelines.agent.turns import Response
@@ -104,15 +113,25 @@ class EvidenceReader:
         self._part = [p for p in parts if p is not None]
         self._tail = window[-self._keep:] if self._keep else []
 
+    def complete(self, answers: Sequence[str], answer_kind: str) -> bool:
+        """Whether the pieces read whole complete the row's evidence (the gated trace's exit)."""
+        if not self._pending:
+            return True
+        golds = [a.lower() for a in answers if a.strip()]
+        return answer_kind == "one_of" and any(g in p.text.lower() for p in self._seen for g in golds)
+
     def follow(self, chunks: Iterable[list[int]]) -> Iterator[list[int]]:
         """The chunks unchanged, each read as the loop takes it."""
         for chunk in chunks:
             self.read(chunk)
             yield chunk
 
-    def finish(self) -> None:
-        if self._pending:
-            p = self._pending[0][0]
+    def finish(self, whole: bool = True) -> None:
+        """Every piece was found (whole: the document was read to its end), or every piece due in
+        the part read (a gated trace that exited)."""
+        missed = [p for p, n in self._pending if whole or p.offset + n - SLACK <= self._read]
+        if missed:
+            p = missed[0]
             raise UserError(f"task row '{self.sample_id}': evidence {p.text[:40]!r} not found in its document "
                             f"near token {p.offset} (rows built with another tokenizer?)")
 
@@ -148,22 +167,36 @@ def sft_trace(row: TaskRow, chunks: Iterable[list[int]], codec: ChatCodec, templ
         raise UserError("tokenizer: no eos_token_id (a response must end with EOS)")
     reader = EvidenceReader(row.sample_id, pieces, codec)
     count = lambda text: len(codec.encode(text))  # noqa: E731
+    marker = count(SEP + EXIT) if templates.gated else 0
+    texts = []
     try:
         loop = AgentLoop(row.question, reader.follow(chunks), codec, templates, limits, keep_ids=True)
         while (req := loop.next_request()) is not None:
             if req.is_final:
-                reader.finish()
+                reader.finish(whole=loop.progress.exit_chunk is None)
                 resp = _response(codec, answer, eos, req.max_tokens, "the boxed answer")
             else:
-                memory = select_memory(reader.seen, req.max_tokens - 1, count, templates.initial_memory)
-                resp = _response(codec, memory, eos, req.max_tokens, "the initial memory")
+                memory = select_memory(reader.seen, req.max_tokens - 1 - marker, count, templates.initial_memory)
+                if templates.gated:
+                    memory = gated_text(memory, loop.memory, reader.complete(row.answers, row.answer_kind))
+                # a kept turn ends at its marker, no EOS: what an engine returns when it stops there
+                resp = (Response(codec.encode(KEEP), KEEP) if templates.gated and memory == KEEP
+                        else _response(codec, memory, eos, req.max_tokens, "the initial memory"))
+            texts.append(resp.text)
             loop.feed(resp)
     except UserError as e:
         if f"'{row.sample_id}'" in str(e):
             raise
         raise UserError(f"task row '{row.sample_id}': {e}") from None
-    return [TraceTurn(t.prompt_ids, t.response_ids, t.is_final, m)
-            for t, m in zip(loop.result().turns, [*loop.result().memory, answer])]
+    return [TraceTurn(t.prompt_ids, t.response_ids, t.is_final, m) for t, m in zip(loop.result().turns, texts)]
+
+
+def gated_text(memory: str, previous: str, complete: bool) -> str:
+    """A gated memory turn's text: the memory ending in the exit marker once the evidence is
+    complete, the keep marker alone while the memory is unchanged, else the memory."""
+    if complete:
+        return f"{memory}{SEP}{EXIT}"
+    return KEEP if memory == previous else memory
 
 
 def iter_traces(rows: Iterable[TaskRow], store: ChunkStore | None, codec: ChatCodec, templates: TemplateSet,

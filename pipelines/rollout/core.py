@@ -9,6 +9,7 @@ engine batches whatever is queued.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from pipelines.engine.base import Engine, Sampling
 from pipelines.engine.driver import run_loop
 from pipelines.agent.reward import accuracy
 from pipelines.ingest.tasks import task_chunks
-from pipelines.rollout.rewards import compute_reward, load_reward
+from pipelines.rollout.rewards import compute_reward, load_reward, with_turn_cost
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
 from pipelines.storage import absolute_uri
@@ -36,6 +37,7 @@ class RolloutSpec:
     method: Method = "memagent"
     window: int = 0  # the one-turn baselines' prompt + answer tokens
     seed: int | None = None  # per-request sampling seed: a reproducible evaluation
+    turn_cost: float = 0.0  # subtracted from the reward per chunk read (learn.turn_cost)
 
     @property
     def sampling(self) -> Sampling:
@@ -85,8 +87,17 @@ class WorkerCore:
         return Trajectory(
             sample_id=row.sample_id, group_id=task.group_id, index=index, turns=result.turns,
             memory=list(result.memory), answer=result.answer, prediction=result.prediction,
-            reward=value, accuracy=accuracy(result.prediction, row.answers, row.answer_kind),
-            truncated=result.truncated, doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name)
+            reward=with_turn_cost(value, spec.turn_cost, result.chunks_read),
+            accuracy=accuracy(result.prediction, row.answers, row.answer_kind),
+            truncated=result.truncated, doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name,
+            malformed=result.malformed, chunks_unread=self.chunks_unread(row, result))
+
+    def chunks_unread(self, row: Any, result: Any) -> int:
+        """Chunks of the row's document an exited loop never read, by the row's document length
+        (the loop stops taking chunks at the exit, so it never counts them itself)."""
+        if result.exit_chunk is None:
+            return 0
+        return max(math.ceil(row.doc_tokens / self.agent.chunk_size) - result.chunks_read, 0)
 
     def make_loop(self, row: Any, spec: RolloutSpec) -> Loop:
         chunks = task_chunks(row, self.store, self.codec, self.agent.chunk_size)

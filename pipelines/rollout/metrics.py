@@ -22,6 +22,10 @@ class MetricsTally:
     memory_tokens: int = 0
     response_tokens: int = 0
     staleness_sum: float = 0.0
+    chunks_read: int = 0
+    chunks_unread: int = 0
+    memory_updates: int = 0
+    malformed: int = 0
 
     def add(self, groups: Iterable[Group], version: int | None = None) -> MetricsTally:
         """version: the consumer's policy version when these groups were taken."""
@@ -37,7 +41,22 @@ class MetricsTally:
                 self.memory_turns += len(memory)
                 self.memory_tokens += sum(memory)
                 self.staleness_sum += (version - t.version_min) if version is not None else 0
+                self.add_gates(t.chunks_read, t.chunks_unread, t.memory_updates, t.malformed)
         return self
+
+    def add_gates(self, read: int, unread: int, updates: int, malformed: int) -> None:
+        self.chunks_read += read
+        self.chunks_unread += unread
+        self.memory_updates += updates
+        self.malformed += malformed
+
+    def gate_metrics(self) -> dict[str, float]:
+        """Ungated rollouts: update_rate 1, exit_fraction 0, malformed 0."""
+        return {
+            "gate/update_rate": self.memory_updates / max(self.chunks_read, 1),
+            "gate/exit_fraction": self.chunks_unread / max(self.chunks_read + self.chunks_unread, 1),
+            "gate/malformed": float(self.malformed),
+        }
 
     def metrics(self, filtered_groups: int = 0, seconds: float | None = None) -> dict[str, float]:
         n = max(self.trajectories, 1)
@@ -52,6 +71,7 @@ class MetricsTally:
             "rollout/response_tokens": self.response_tokens / n,
             "rollout/tokens_per_s": self.response_tokens / seconds if seconds else 0.0,
             "rollout/staleness": self.staleness_sum / n,
+            **self.gate_metrics(),
         }
 
 
@@ -61,6 +81,7 @@ def rollout_metrics(groups: list[Group], filtered_groups: int = 0, seconds: floa
 
     reward_std is over trajectories (population std); memory_tokens is per memory turn;
     response_tokens per trajectory; tokens_per_s counts every response token over `seconds`;
-    staleness is how far each trajectory's oldest turn lags `version` (0 when not given).
+    staleness is how far each trajectory's oldest turn lags `version` (0 when not given); the
+    gate/ metrics are over all memory turns (pipelines.track.metrics).
     """
     return MetricsTally().add(groups, version).metrics(filtered_groups, seconds)

@@ -2,7 +2,9 @@
 (pipelines.agent.reward.default_reward), or any user callable.
 
 A reward is `f(response: str, answers: list[str]) -> float` (pipelines.agent.reward). The
-config names a user reward by dotted path so that every worker process can import it.
+config names a user reward by dotted path so that every worker process can import it. An
+optional cost per chunk read (`learn.turn_cost`) is subtracted from it: with gates, reading on
+after the memory already answers then costs reward (GRU-Mem rewards its exit gate likewise).
 """
 
 from __future__ import annotations
@@ -36,3 +38,8 @@ def compute_reward(fn: Reward | None, response: str, answers: list[str], answer_
     if math.isnan(value):
         raise UserError(f"sample '{sample_id}': reward is NaN")
     return value
+
+
+def with_turn_cost(value: float, turn_cost: float, chunks_read: int) -> float:
+    """The answer's reward less turn_cost per chunk read (0: the paper's reward, unchanged)."""
+    return value - turn_cost * chunks_read if turn_cost else value

@@ -5,7 +5,8 @@ conversations (the memory turns and the final turn) that share one scalar reward
 holds the G rollouts of one question; the learner consumes complete groups only.
 
 Versioning: SCHEMA_VERSION changes whenever a field is added, removed or changes meaning;
-readers refuse rows of another version with a one-line error instead of guessing.
+readers refuse rows of a newer version with a one-line error instead of guessing, and read
+rows of the versions listed in `_UPGRADES` as what they mean today.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from pipelines.agent.turns import TurnRecord
+from pipelines.agent.turns import TurnRecord, gate_counts
 from pipelines.errors import UserError
 
-SCHEMA_VERSION = 2  # 2: turns are agent TurnRecords (max_tokens added); `truncated`
+# 2: turns are agent TurnRecords (max_tokens added); `truncated`
+# 3: gates: each turn's `gate`; `malformed`, `chunks_unread`; chunks_read, memory_updates and
+#    exit_chunk as columns (derived from the turns)
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,21 @@ class Trajectory:
     doc_tokens: int
     seconds: float
     worker: str
+    malformed: int = 0  # gated memory turns whose marker was malformed
+    chunks_unread: int = 0  # chunks an exited rollout left unread (of the row's document)
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def chunks_read(self) -> int:
+        return gate_counts(self.turns)[0]
+
+    @property
+    def memory_updates(self) -> int:
+        return gate_counts(self.turns)[1]
+
+    @property
+    def exit_chunk(self) -> int | None:
+        return gate_counts(self.turns)[2]
 
     @property
     def version_min(self) -> int:
@@ -87,6 +105,7 @@ TURN_TYPE = pa.struct([
     ("version", pa.int64()),
     ("version_end", pa.int64()),
     ("seconds", pa.float64()),
+    ("gate", pa.string()),
 ])
 
 SCHEMA = pa.schema([
@@ -104,14 +123,22 @@ SCHEMA = pa.schema([
     ("doc_tokens", pa.int64()),
     ("seconds", pa.float64()),
     ("worker", pa.string()),
+    ("malformed", pa.int32()),
+    ("chunks_unread", pa.int32()),
     ("version_min", pa.int64()),
     ("version_max", pa.int64()),
+    ("chunks_read", pa.int32()),
+    ("memory_updates", pa.int32()),
+    ("exit_chunk", pa.int32()),
 ], metadata={"memagent.trajectory.schema_version": str(SCHEMA_VERSION)})
+
+
+DERIVED = ("version_min", "version_max", "chunks_read", "memory_updates", "exit_chunk")
 
 
 def to_row(t: Trajectory) -> dict:
     row = asdict(t)
-    row["version_min"], row["version_max"] = t.version_min, t.version_max
+    row.update({k: getattr(t, k) for k in DERIVED})
     return row
 
 
@@ -121,12 +148,24 @@ def to_table(groups: list[Group]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=SCHEMA)
 
 
+def _from_v2(row: dict) -> dict:
+    """Before gates every memory turn wrote the memory and every document was read to its end."""
+    turns = [{**t, "gate": "final" if t["is_final"] else "updated"} for t in row["turns"]]
+    return {**row, "turns": turns, "malformed": 0, "chunks_unread": 0, "schema_version": 3}
+
+
+_UPGRADES = {2: _from_v2}  # version -> the row as the next version writes it
+
+
 def from_row(row: dict) -> Trajectory:
     version = row.get("schema_version")
+    while version in _UPGRADES:
+        row = _UPGRADES[version](row)
+        version = row["schema_version"]
     if version != SCHEMA_VERSION:
         raise UserError(f"trajectory '{row.get('sample_id')}': schema_version {version}, "
-                        f"this code reads {SCHEMA_VERSION}")
-    fields = {k: v for k, v in row.items() if k not in ("version_min", "version_max")}
+                        f"this code reads {', '.join(map(str, [*_UPGRADES, SCHEMA_VERSION]))}")
+    fields = {k: v for k, v in row.items() if k not in DERIVED}
     fields["turns"] = [TurnRecord(**t) for t in fields["turns"]]
     return Trajectory(**fields)
 

@@ -16,7 +16,7 @@ INGEST_QUARANTINED = "ingest/quarantined"
 INGEST_TOKENS_PER_S = "ingest/tokens_per_s"
 INGEST = (INGEST_DOCUMENTS, INGEST_CHUNKS, INGEST_TOKENS, INGEST_QUARANTINED, INGEST_TOKENS_PER_S)
 
-# rollout: values come from pipelines.rollout's `rollout_metrics(groups) -> dict`
+# rollout: values come from pipelines.rollout's `rollout_metrics(groups) -> dict` (with GATE's)
 ROLLOUT_REWARD_MEAN = "rollout/reward_mean"
 ROLLOUT_REWARD_STD = "rollout/reward_std"
 ROLLOUT_ACCURACY = "rollout/accuracy"  # lenient sub_em of the final answers
@@ -29,6 +29,12 @@ ROLLOUT_STALENESS = "rollout/staleness"  # policy versions behind the learner
 ROLLOUT = (ROLLOUT_REWARD_MEAN, ROLLOUT_REWARD_STD, ROLLOUT_ACCURACY, ROLLOUT_FILTERED_GROUPS,
            ROLLOUT_TURNS, ROLLOUT_MEMORY_TOKENS, ROLLOUT_RESPONSE_TOKENS, ROLLOUT_TOKENS_PER_S,
            ROLLOUT_STALENESS)
+# gates (agent.gates), beside the rollout metrics: of the rollouts' memory turns; an eval cell's
+# as gate/{task}/{length}/... (gate_metric). Ungated: update_rate 1, exit_fraction 0.
+GATE_UPDATE_RATE = "gate/update_rate"  # memory turns that wrote the memory (not kept) / memory turns
+GATE_EXIT_FRACTION = "gate/exit_fraction"  # chunks left unread after an exit / the documents' chunks
+GATE_MALFORMED = "gate/malformed"  # memory turns whose marker was malformed (taken as the memory): a count
+GATE = (GATE_UPDATE_RATE, GATE_EXIT_FRACTION, GATE_MALFORMED)
 
 # training (reserved for the learner)
 TRAIN_LOSS = "train/loss"
@@ -51,7 +57,7 @@ TRAIN = (TRAIN_LOSS, TRAIN_KL, TRAIN_CLIP_LOW, TRAIN_CLIP_HIGH, TRAIN_LR, TRAIN_
          TRAIN_LOGPROB_MISMATCH, TRAIN_STEP_S, TRAIN_TIS_WEIGHT, TRAIN_TIS_CLIPPED)
 ROLLOUT_WAIT_S = "rollout/wait_s"  # the learner waiting for a batch
 # what `memagent train` logs each step
-LEARNER = TRAIN + ROLLOUT + (ROLLOUT_WAIT_S, "rollout/kept", "rollout/filtered", "rollout/stale",
+LEARNER = TRAIN + ROLLOUT + GATE + (ROLLOUT_WAIT_S, "rollout/kept", "rollout/filtered", "rollout/stale",
                              "rollout/delivered")
 
 # serve (batch jobs)
@@ -74,6 +80,11 @@ def eval_metric(task: str, length: str, score: str, method: str = EVAL_METHOD_MA
     if method == EVAL_METHOD_MAIN:
         return f"eval/{task}/{length}/{score}"
     return f"eval/{task}/{length}/{method}/{score}"
+
+
+def gate_metric(name: str, task: str, length: str) -> str:
+    """An eval cell's gate metric: gate/{task}/{length}/{update_rate,exit_fraction,malformed}."""
+    return f"gate/{task}/{length}/{name.removeprefix('gate/')}"
 
 
 def check_names(names: Iterable[str], allowed: Iterable[str]) -> list[str]:

@@ -4,9 +4,10 @@ from pipelines.track import metrics as M
 
 
 def test_every_name_is_stage_prefixed_and_unique():
-    names = [*M.INGEST, *M.ROLLOUT, *M.TRAIN, *M.SERVE]
+    names = [*M.INGEST, *M.ROLLOUT, *M.GATE, *M.TRAIN, *M.SERVE]
     assert len(names) == len(set(names))
-    for family, stage in ((M.INGEST, "ingest"), (M.ROLLOUT, "rollout"), (M.TRAIN, "train"), (M.SERVE, "serve")):
+    for family, stage in ((M.INGEST, "ingest"), (M.ROLLOUT, "rollout"), (M.GATE, "gate"), (M.TRAIN, "train"),
+                          (M.SERVE, "serve")):
         assert all(n.split("/")[0] == stage and n.count("/") == 1 for n in family)
 
 
@@ -23,6 +24,6 @@ def test_eval_metric_names():
 def test_rollout_metrics_use_only_declared_names():
     from pipelines.rollout.metrics import rollout_metrics
 
-    assert M.check_names(rollout_metrics([]), M.ROLLOUT) == []
-    assert sorted(rollout_metrics([])) == sorted(M.ROLLOUT)
+    assert M.check_names(rollout_metrics([]), M.ROLLOUT + M.GATE) == []
+    assert sorted(rollout_metrics([])) == sorted(M.ROLLOUT + M.GATE)
     assert M.check_names(["rollout/reward_mean", "rollout/typo"], M.ROLLOUT) == ["rollout/typo"]

@@ -36,3 +36,22 @@ def test_release_template_details():
 def test_unknown_template_set_is_named():
     with pytest.raises(UserError, match="template set 'nope'"):
         get_templates("nope")
+
+
+@pytest.mark.skipif(not DOC.exists(), reason="shared/docs/MEMAGENT.md not beside the repo")
+def test_gates_off_the_loop_sends_the_release_text(tokenizer):
+    """The default agent config (gates off) sends MEMAGENT.md's text, byte for byte, with no stop string."""
+    from pipelines.agent import AgentConfig, Response, make_loop
+    from pipelines.agent.codec import ChatCodec
+
+    update, final = doc_blocks()
+    codec = ChatCodec(tokenizer)
+    chunk = codec.encode("Some section text.")
+    loop = make_loop("Q?", [chunk], codec, AgentConfig())
+    req = loop.next_request()
+    sent = update.replace("{prompt}", "Q?").replace("{memory}", "No previous memory").replace(
+        "{chunk}", codec.decode(chunk))
+    assert req.prompt_ids == codec.encode_user(sent) and req.stop == ()
+    loop.feed(Response(codec.encode("M"), "M"))
+    req = loop.next_request()
+    assert req.is_final and req.prompt_ids == codec.encode_user(final.replace("{prompt}", "Q?").replace("{memory}", "M"))
