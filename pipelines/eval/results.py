@@ -84,7 +84,8 @@ def read_cell(uri: str) -> list[dict]:
 def rescored(record: dict) -> dict:
     """A record's test scores computed again from its prediction and answers (see the module's docstring)."""
     kind = record.get("answer_kind") or ("all_of" if record.get("task") in LEGACY_ALL_OF else "one_of")
-    return {**record, "answer_kind": kind, **reward.scores(record.get("prediction"), list(record["answers"]), kind)}
+    answers = list(record.get("answers") or [])
+    return {**record, "answer_kind": kind, **reward.scores(record.get("prediction"), answers, kind)}
 
 
 def summarize(records: list[dict]) -> dict:
