@@ -63,7 +63,7 @@ def sse(data: dict | str, event: str | None = None) -> str:
 
 
 def answer_frame(item) -> str:
-    """/v1/answer events are named (start, turn, answer, error); their data says so too."""
+    """/v1/answer events are named (start, turn, kept, answer, error); their data says so too."""
     if isinstance(item, Reply):
         return sse({"event": "error", **error_body(item.error, item.status)}, "error")
     return sse(item, item["event"])

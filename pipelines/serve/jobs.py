@@ -49,6 +49,11 @@ class OutputRow:
     seconds: float = 0.0
     model_version: int | None = None
     error: str | None = None
+    # agent.gates (pipelines.agent.gates): chunks read, memory turns not kept, the chunk whose turn
+    # ended the reading (None: read to the end). Ungated: chunks_read == memory_updates.
+    chunks_read: int = field(default=0, metadata={"arrow": pa.int32()})
+    memory_updates: int = field(default=0, metadata={"arrow": pa.int32()})
+    exit_chunk: int | None = field(default=None, metadata={"arrow": pa.int32()})
 
     @classmethod
     def failed(cls, row: dict, error: str | None, model_version: int | None = None) -> OutputRow:

@@ -95,7 +95,7 @@ class AgentCore:
             result = await run_loop(self.engine, loop, agent_sampling(self.settings.agent), turned)
             return {"answer": result.answer, "prediction": result.prediction, "turns": result.n_turns,
                     "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
-                    "model_version": self.engine.version, "memory": result.memory}
+                    "model_version": self.engine.version, **gate_fields(result), "memory": result.memory}
         finally:
             self.ongoing -= 1
 
@@ -115,8 +115,9 @@ class AgentCore:
 
     async def answer_events(self, req: dict) -> AsyncIterator[dict | Reply]:
         """/v1/answer with stream: a `start` event (or, for a request failing its checks, its
-        Reply), a `turn` event as each memory turn ends, then the `answer` event: the body the
-        unstreamed call returns. Closed early (the client left), it cancels the loop."""
+        Reply), a `turn` event as each memory turn ends (`kept` for a turn that kept the memory,
+        agent.gates), then the `answer` event: the body the unstreamed call returns. Closed early
+        (the client left), it cancels the loop."""
         try:
             await self.sync_version()
             loop, reading = self._open(req["question"], req)
@@ -156,7 +157,8 @@ class AgentCore:
         except Exception as e:  # noqa: BLE001
             return OutputRow.failed(row, Reply.failure(e).error, version)
         return OutputRow(row["id"], row.get("question"), row.get("doc_id"), res["answer"], res["prediction"],
-                         res["memory"], res["turns"], res["doc_tokens"], res["seconds"], res["model_version"])
+                         res["memory"], res["turns"], res["doc_tokens"], res["seconds"], res["model_version"],
+                         **{k: res[k] for k in GATE_FIELDS})
 
     def _chat_plan(self, body: dict) -> chat.ChatPlan:
         return chat.plan(body, self.codec, self.settings.engine.max_model_len, self.settings.serve.chat_max_tokens,
@@ -217,9 +219,20 @@ def _model_dir(settings: ReplicaSettings, model: str) -> Path:
     return resolve_model(model, home_dir(settings.home), settings.tracking_uri)
 
 
+GATE_FIELDS = ("chunks_read", "memory_updates", "exit_chunk")
+
+
+def gate_fields(result: AgentResult) -> dict:
+    """What the gates did (agent.gates): chunks read, memory turns not kept, the exit's chunk or None."""
+    return {k: getattr(result, k) for k in GATE_FIELDS}
+
+
 def turn_event(progress: AgentResult, reading: Reading, elapsed: float) -> dict:
     """After memory turn `turn`: how far into the document (read of total, in unit), the memory
-    it wrote, that turn's seconds and the seconds since the loop began."""
-    return {"event": "turn", "turn": len(progress.memory), "tokens_read": progress.doc_tokens,
-            "read": reading.read, "total": reading.total, "unit": reading.unit, "memory": progress.memory[-1],
-            "seconds": round(progress.turns[-1].seconds, 3), "elapsed": round(elapsed, 3)}
+    it wrote (a `kept` event: the memory it kept), its gate (updated, kept, exited), that turn's
+    seconds and the seconds since the loop began."""
+    gate = progress.turns[-1].gate
+    return {"event": "kept" if gate == "kept" else "turn", "turn": len(progress.memory), "gate": gate,
+            "tokens_read": progress.doc_tokens, "read": reading.read, "total": reading.total, "unit": reading.unit,
+            "memory": progress.memory[-1], "seconds": round(progress.turns[-1].seconds, 3),
+            "elapsed": round(elapsed, 3)}

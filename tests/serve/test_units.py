@@ -166,6 +166,7 @@ def test_output_schema_derives_from_the_row_type():
         ("id", pa.string()), ("question", pa.string()), ("doc_id", pa.string()), ("answer", pa.string()),
         ("prediction", pa.string()), ("memory", pa.list_(pa.string())), ("turns", pa.int32()),
         ("tokens", pa.int64()), ("seconds", pa.float64()), ("model_version", pa.int64()), ("error", pa.string()),
+        ("chunks_read", pa.int32()), ("memory_updates", pa.int32()), ("exit_chunk", pa.int32()),
     ])
     failed = OutputRow.failed({"id": "r", "question": "q"}, "boom", 3)
     assert (failed.doc_id, failed.turns, failed.tokens, failed.model_version, failed.error) == (None, 0, 0, 3, "boom")
@@ -193,3 +194,16 @@ def test_reply_failure_is_one_line_with_its_status():
     assert Reply.failure(UserError("model 'm': no such folder")) == Reply(status=400, error="model 'm': no such folder")
     assert Reply.failure(RuntimeError("a\nb")) == Reply(status=500, error="internal error: RuntimeError: a")
     assert Reply({"ok": 1}).error is None
+
+
+def test_a_kept_turn_streams_as_a_kept_event():
+    from pipelines.agent import AgentResult, TurnRecord
+    from pipelines.serve.documents import Reading
+    from pipelines.serve.replica import turn_event
+
+    progress = AgentResult("q?", doc_tokens=20, memory=["m", "m"])
+    reading = Reading([], 40, "tokens")
+    for gate, event in (("updated", "turn"), ("kept", "kept"), ("exited", "turn")):
+        progress.turns[:] = [TurnRecord([], [1], None, "stop", False, 8, 0, 0, 0.25, gate)] * 2
+        e = turn_event(progress, reading, 1.0)
+        assert (e["event"], e["gate"], e["turn"], e["memory"], e["tokens_read"]) == (event, gate, 2, "m", 20)

@@ -289,3 +289,29 @@ def test_hf_batch_engine_ends_a_kept_turn_at_its_marker(keeper_dir, codec):
         check_kept(run_gated(engine, codec), codec)
     finally:
         asyncio.run(engine.close())
+
+
+def test_served_answers_and_batch_rows_carry_the_gates(keeper_dir, codec):
+    """A replica's core on the keeper model: every chunk kept, the stream's events say so."""
+    from pipelines.engine.config import EngineConfig
+    from pipelines.engine.hf_engine import HFEngine
+    from pipelines.serve.config import ServeConfig
+    from pipelines.serve.replica import AgentCore, ReplicaSettings
+
+    agent = AgentConfig(gates=True, template="gated", chunk_size=16, memory_budget=8, final_budget=4)
+    settings = ReplicaSettings("keeper", "", "", EngineConfig(kind="hf"), agent, ServeConfig())
+    core = AgentCore(settings, HFEngine(str(keeper_dir)), "keeper")
+    document = " ".join(f"Sentence {i} says nothing at all." for i in range(6))
+    n = len(codec.encode(document)) // 16 + 1
+
+    async def run():
+        body = {"question": "What is the code?", "document": document}
+        events = [e async for e in core.answer_events(body)]
+        return await core.answer(body), events, await core.answer_row({"id": "r", "doc_id": None, **body})
+
+    reply, events, row = asyncio.run(run())
+    assert reply.status == 200 and (reply.body["chunks_read"], reply.body["memory_updates"]) == (n, 0)
+    assert reply.body["exit_chunk"] is None
+    assert [e["event"] for e in events] == ["start"] + ["kept"] * n + ["answer"]
+    assert all(e["memory"] == GATED.initial_memory for e in events[1:-1])
+    assert (row.chunks_read, row.memory_updates, row.exit_chunk, row.error) == (n, 0, None, None)
