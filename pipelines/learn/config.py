@@ -123,6 +123,9 @@ class LearnConfig(Strict):
     task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)
     task_lengths: str | int = "512,768,1024"  # document lengths (K = 1024 tokens): 2-4 chunks of agent.chunk_size
     task_n: int = Field(256, gt=0)  # rows per length
+    # The needle tasks' haystack: Paul Graham's essays (real text, whose sentences look like needles'
+    # neighbours) or RULER's repeated noise sentences (the easy case).
+    haystack: Literal["essay", "noise"] = "essay"
     # Length curriculum: with N > 0 the train split opens with N rows of each task (interleaved)
     # at the shortest length, then N at the next, and so on, before the rest with lengths
     # interleaved: RL starts at the fewest chunks and grows. 0: lengths interleaved throughout.

@@ -66,7 +66,7 @@ def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:
     n = lc.task_n if split == "train" else lc.eval_n
     tasks = [t.strip() for t in lc.task.split(",") if t.strip()]
     streams = [inline_rows(BuildRequest(task=task, lengths=str(t), n=n, out=uri, store="", seed=lc.seed,
-                                        split=split), t, count)
+                                        split=split, haystack=lc.haystack), t, count)
                for t in sorted(parse_lengths(str(lc.task_lengths))) for task in tasks]
     by_length = [streams[i:i + len(tasks)] for i in range(0, len(streams), len(tasks))]  # sorted lengths
     ordered = curriculum_order(by_length, lc.curriculum) if split == "train" else interleave([streams])
