@@ -4,6 +4,7 @@ the gates, the records that count them, and engines that end a kept turn at its 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -257,12 +258,16 @@ def keeper_dir(tmp_path_factory, tokenizer, codec) -> Path:
     return scripted_llama(tmp_path_factory.mktemp("keeper"), tokenizer, chain)
 
 
-def run_gated(engine, codec: ChatCodec, n_chunks: int = 3):
+async def run_gated_async(engine, codec: ChatCodec, n_chunks: int = 3):
     from pipelines.engine.base import Sampling
     from pipelines.engine.driver import run_loop
 
     loop = AgentLoop("What is the code?", Chunks(codec, n_chunks), codec, GATED, LIMITS, keep_ids=True)
-    return asyncio.run(run_loop(engine, loop, Sampling(logprobs=True)))
+    return await run_loop(engine, loop, Sampling(logprobs=True))
+
+
+def run_gated(engine, codec: ChatCodec):
+    return asyncio.run(run_gated_async(engine, codec))
 
 
 def check_kept(result, codec: ChatCodec) -> None:
@@ -315,3 +320,47 @@ def test_served_answers_and_batch_rows_carry_the_gates(keeper_dir, codec):
     assert [e["event"] for e in events] == ["start"] + ["kept"] * n + ["answer"]
     assert all(e["memory"] == GATED.initial_memory for e in events[1:-1])
     assert (row.chunks_read, row.memory_updates, row.exit_chunk, row.error) == (n, 0, None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MEMAGENT_TEST_VLLM_GATES"),
+                    reason="starts a vLLM engine of its own (~2 min on 2 cores, beyond CI's budget); "
+                           "MEMAGENT_TEST_VLLM_GATES=1 runs it")
+def test_vllm_ends_a_kept_turn_at_its_marker(tmp_path, tokenizer, codec):
+    """vLLM drops a stop string from the text unless asked (include_stop_str_in_output); its CPU
+    attention needs head_dim 64, so the keeper is built wider."""
+    from pipelines.engine.config import EngineConfig
+    from pipelines.engine.vllm_engine import VLLMEngine
+
+    newline = codec.encode_user("x")[-1]
+    model = scripted_llama(tmp_path / "keeper", tokenizer, [newline, *codec.encode(KEEP), newline], 128, 2)
+    cfg = EngineConfig(dtype="float32", max_model_len=1024, max_num_seqs=4, cpu_kvcache_gib=1)
+
+    async def run():
+        engine = VLLMEngine(str(model), cfg)  # inside the loop: its async state belongs to it
+        try:
+            return await run_gated_async(engine, codec)
+        finally:
+            await engine.close()
+
+    check_kept(asyncio.run(run()), codec)
+
+
+def test_a_rollout_that_exits_pays_less_turn_cost_and_counts_what_it_left(tmp_path, tokenizer, codec):
+    """WorkerCore on a model scripted to answer "[EXIT]": the first chunk's turn ends the reading."""
+    from pipelines.engine.hf_engine import HFEngine
+    from pipelines.rollout.core import RolloutSpec, WorkerCore
+    from pipelines.rollout.schedule import GroupTask
+    from tests.rollout.helpers import needle_row
+
+    newline = codec.encode_user("x")[-1]
+    model = scripted_llama(tmp_path / "exiter", tokenizer, [newline, *codec.encode(EXIT), tokenizer.eos_token_id])
+    agent = AgentConfig(gates=True, template="gated", chunk_size=32, memory_budget=8, final_budget=8)
+    core = WorkerCore(HFEngine(str(model)), agent, loops=2)
+    row = needle_row(0, 4)
+    row = type(row)(**{**row.__dict__, "doc_tokens": len(codec.encode(row.context))})
+    group = asyncio.run(core.run_group(GroupTask("n0#1", row, 1), RolloutSpec(temperature=0.0, turn_cost=0.25)))
+    (t,) = group.trajectories
+    assert [x.gate for x in t.turns] == ["exited", "final"] and t.memory == [GATED.initial_memory]
+    assert (t.chunks_read, t.exit_chunk, t.chunks_unread) == (1, 1, -(-row.doc_tokens // 32) - 1)
+    assert t.reward == -0.25 and t.accuracy == 0.0  # the answer "[EXIT]" boxes nothing
