@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import finish  # noqa: E402
 
-PRESET = Path(__file__).resolve().parent.parent / "configs" / "rl-smollm2.yaml"
+PRESET = Path(__file__).resolve().parent.parent / "pipelines" / "configs" / "rl-smollm2.yaml"
 
 
 def conversations(model_dir: str, n: int, cfg) -> list:

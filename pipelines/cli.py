@@ -2,7 +2,8 @@
 `add_arguments(parser)` (returning its leaf sub-parsers, if it has nested ones) and
 `run(cfg, args)`, and keeps heavy imports inside `run`.
 
-Config: --config FILE (default configs/local.yaml) plus dotted overrides as trailing
+Config: --config PRESET|FILE (a packaged preset's name such as rl-smollm2, or a YAML file; default
+the local preset) plus dotted overrides as trailing
 arguments, e.g. `memagent ask --doc d.txt --question q agent.chunk_size=1024`.
 
 SIGTERM stops a command as Ctrl-C does, and a local Ray it started is shut down with it
@@ -24,7 +25,7 @@ import os
 import signal
 import sys
 
-from pipelines import logs, runtime
+from pipelines import __version__, logs, runtime
 from pipelines.errors import UserError
 
 # name -> (module, help). Adding a command is one line here plus the module.
@@ -53,7 +54,8 @@ def add_overrides(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memagent", description="Train and serve MemAgent memory agents on Ray.")
-    p.add_argument("--config", help="YAML config (default: configs/local.yaml)")
+    p.add_argument("--config", help="a preset's name (rl-smollm2, ...) or a YAML file (default: the local preset)")
+    p.add_argument("--version", action="version", version=f"memagent {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     sub = p.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():

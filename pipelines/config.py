@@ -1,7 +1,9 @@
-"""Typed configuration: composes each package's section; loads YAML files in configs/ with
-dotted overrides.
+"""Typed configuration: composes each package's section; loads YAML files with dotted overrides.
 
-    cfg = load_config("configs/local.yaml", ["agent.chunk_size=1024"])
+    cfg = load_config("rl-smollm2", ["agent.chunk_size=1024"])    # a preset, by name
+    cfg = load_config("site/my.yaml")                            # any file, by path
+
+The presets live in pipelines/configs/, inside the package, so an installed wheel has them.
 
 Each section lives with its package (agent.config, engine.config, rollout.config, ...);
 unknown keys anywhere are rejected with their dotted name.
@@ -30,7 +32,8 @@ from pipelines.track.config import TrackConfig
 from pipelines.typed import Strict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "local.yaml"
+PRESETS = Path(__file__).resolve().parent / "configs"
+DEFAULT_CONFIG = PRESETS / "local.yaml"
 
 
 class ModelConfig(Strict):
@@ -106,7 +109,8 @@ def read_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     base = tree.pop("base", None)
     if base is None:
         return tree
-    return merge(read_tree(path.parent / str(base), (*seen, path.resolve())), tree)
+    base_path = preset_path(base) if is_preset_name(base) else path.parent / str(base)
+    return merge(read_tree(base_path, (*seen, path.resolve())), tree)
 
 
 def merge(under: dict, over: dict) -> dict:
@@ -116,8 +120,27 @@ def merge(under: dict, over: dict) -> dict:
     return out
 
 
+def is_preset_name(name: str | Path) -> bool:
+    """A bare name ("rl-smollm2": no folder, no .yaml) means a packaged preset; anything else
+    is a path, so a file in the working directory is still named with its .yaml."""
+    text = str(name)
+    return "/" not in text and os.sep not in text and not text.endswith((".yaml", ".yml"))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
+def preset_path(name: str | Path) -> Path:
+    path = PRESETS / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"config '{name}': no such preset (presets: {', '.join(preset_names())}; a file needs its .yaml)")
+    return path
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    path = Path(path) if path else DEFAULT_CONFIG
+    """`path`: a preset's name, a YAML file, or None for DEFAULT_CONFIG."""
+    path = DEFAULT_CONFIG if not path else preset_path(path) if is_preset_name(path) else Path(path)
     tree = read_tree(path)
     for item in overrides:
         apply_override(tree, *parse_override(item))

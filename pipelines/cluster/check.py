@@ -1,8 +1,8 @@
 """`memagent config check`: validate a config without starting anything (no Ray, no engine,
 no model download), so a cluster run fails here in a second rather than on the cluster.
 
-    memagent --config configs/cluster-qwen2.5-7b.yaml config check
-    memagent --config configs/cluster-qwen2.5-7b.yaml config check --json rollout.workers=32
+    memagent --config cluster-qwen2.5-7b config check
+    memagent --config cluster-qwen2.5-7b config check --json rollout.workers=32
     memagent config show                 # every setting in effect, defaults included, as YAML
 
 Checked: unknown keys and bad values (as every command loads its config: one line naming

@@ -1,6 +1,6 @@
 """`memagent quickstart`: the whole product on embedded defaults, in one resumable job.
 
-    .venv/bin/memagent --config configs/quickstart.yaml quickstart        # ~20 min on 2 cores
+    .venv/bin/memagent --config quickstart quickstart        # ~20 min on 2 cores
 
 Builds train and held-out needle questions and ingests their documents into a chunk store,
 scores the base model on the held-out questions, warm-starts it (SFT on memory traces),
@@ -86,9 +86,9 @@ def add_arguments(p) -> None:
 
 def run(cfg: Config, args) -> None:
     if args.config is None:  # its own recipe unless told otherwise
-        from pipelines.config import REPO_ROOT, load_config
+        from pipelines.config import load_config
 
-        cfg = load_config(str(REPO_ROOT / "configs" / "quickstart.yaml"), args.overrides)
+        cfg = load_config("quickstart", args.overrides)
     out = main(cfg, args.fresh)
     ledger = json.loads((cfg.home_path.absolute() / "quickstart" / "stages.json").read_text())
     print("\n".join(summary_lines(cfg, ledger, out)))

@@ -11,7 +11,7 @@ import pytest
 from pipelines.cli import main
 from pipelines.config import REPO_ROOT as REPO
 
-PRESET = str(REPO / "configs" / "cluster-qwen2.5-7b.yaml")
+PRESET = str(REPO / "pipelines" / "configs" / "cluster-qwen2.5-7b.yaml")
 
 
 def check(capsys, *overrides: str, config: str = PRESET, json_out: bool = False) -> tuple[int, str, str]:
@@ -82,7 +82,7 @@ def test_cpu_engines_reserve_no_gpus(capsys):
 
 
 def test_rollout_and_learner_sharing_the_cluster_count_together(capsys):
-    local = str(REPO / "configs" / "local.yaml")
+    local = str(REPO / "pipelines" / "configs" / "local.yaml")
     rc, out, _ = check(capsys, "rollout.workers=2", "cluster.cpus_per_node=2", "model.path=s3://m/x", config=local)
     assert rc == 2
     assert problems(out) == ["rollout + learner share the cluster (1 node x 2 CPUs, 0 GPUs): together they "
@@ -111,7 +111,7 @@ def test_json_failure_is_one_object_and_exit_2(capsys):
 def test_a_local_tokenizer_counts_the_template(capsys, tokenizer, tmp_path):
     """SmolLM2's tokenizer and chat template (its own system prompt): 132 fixed tokens."""
     tokenizer.save_pretrained(tmp_path / "tok")
-    rc, out, err = check(capsys, f"model.path={tmp_path / 'tok'}", config=str(REPO / "configs" / "local.yaml"))
+    rc, out, err = check(capsys, f"model.path={tmp_path / 'tok'}", config=str(REPO / "pipelines" / "configs" / "local.yaml"))
     assert rc == 0, err
     window = next(line for line in out.splitlines() if line.startswith("window:"))
     assert window.startswith("window: template 132 + question 1024 + memory 256 + chunk 2048 + output 256 = 3716")

@@ -11,7 +11,7 @@ from pipelines.rollout.worker import worker_options
 
 
 def test_continuous_training_pool_runs_the_loops_the_scheduler_plans_for():
-    cfg = load_config(REPO_ROOT / "configs" / "cluster-qwen2.5-7b.yaml")
+    cfg = load_config(REPO_ROOT / "pipelines" / "configs" / "cluster-qwen2.5-7b.yaml")
     assert (cfg.rollout.loops_per_worker, cfg.eval.concurrency) == (256, 32)  # the preset this is about
     pool = rollout_pool(cfg)
     assert pool.workers == []  # nothing started

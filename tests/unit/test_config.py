@@ -28,9 +28,9 @@ def test_missing_config_file(tmp_path):
         load_config(tmp_path / "none.yaml")
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "pipelines" / "configs").glob("*.yaml")))
 def test_every_preset_loads_and_validates(name):
-    cfg = load_config(REPO / "configs" / name)
+    cfg = load_config(REPO / "pipelines" / "configs" / name)
     assert cfg.agent.memory_budget > 0 and cfg.learn.steps > 0
 
 

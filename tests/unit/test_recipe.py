@@ -23,13 +23,13 @@ def value(cfg, dotted: str):
 
 @pytest.mark.parametrize("preset", ["sft-smollm2.yaml", "rl-smollm2.yaml"])  # quickstart.yaml: shortened on purpose
 def test_the_smollm2_presets_and_the_defaults_do_not_drift_apart(preset):
-    defaults, cfg = load_config(None), load_config(REPO / "configs" / preset)
+    defaults, cfg = load_config(None), load_config(REPO / "pipelines" / "configs" / preset)
     drifted = {k: (value(cfg, k), value(defaults, k)) for k in RECIPE if value(cfg, k) != value(defaults, k)}
     assert not drifted, f"{preset} restates the recipe differently from the defaults: {drifted}"
 
 
 def test_defaults_are_the_smollm2_recipe_not_the_papers_7b():
-    d, cluster = load_config(None), load_config(REPO / "configs" / "cluster-qwen2.5-7b.yaml")
+    d, cluster = load_config(None), load_config(REPO / "pipelines" / "configs" / "cluster-qwen2.5-7b.yaml")
     assert d.learn.lr == 2e-5 and d.learn.sft.lr == 2e-4 and d.learn.freeze_layers == 20
     assert (d.agent.chunk_size, d.agent.memory_budget, d.agent.final_budget) == (256, 64, 32)
     assert (cluster.learn.lr, cluster.learn.kl_coef, cluster.learn.freeze_layers) == (1e-6, 0.001, 0)
