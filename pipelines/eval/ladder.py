@@ -203,7 +203,9 @@ def main(cfg: Config, workers: list | None = None) -> dict:
     out = output_uri(cfg)
     cells = plan(cfg)
     check_budgets(cfg)
-    check_meta(out, {"version": RECORD_VERSION, "model": cfg.model.path, "agent": cfg.agent.model_dump(),
+    # gates off: the agent as before agent.gates existed, so result folders made then stay resumable
+    agent = cfg.agent.model_dump(exclude=None if cfg.agent.gates else {"gates"})
+    check_meta(out, {"version": RECORD_VERSION, "model": cfg.model.path, "agent": agent,
                      "window": window(cfg), "seed": cfg.eval.seed, "n": cfg.eval.n, "dataset": cfg.eval.dataset})
     todo = [c for c in cells if not has_cell(cell_uri(out, *c))]
     print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=logs.console())
