@@ -31,6 +31,15 @@ class ContinuousConfig(Strict):
     eval_n: int = Field(64, gt=0)  # held-out rows scored per task
 
 
+class PassFilterConfig(Strict):
+    """RL on the questions that teach (pipelines/learn/teach.py): the starting model's pass rate on
+    each training row, from `samples` rollouts, must lie in [low, high] for the row to be trained on."""
+
+    samples: int = Field(4, gt=1)
+    low: float = Field(0.01, ge=0, le=1)  # 0.01: drop the never-right rows
+    high: float = Field(0.99, ge=0, le=1)  # 0.99: drop the always-right rows
+
+
 class SftConfig(Strict):
     """What the warm start (`memagent train --sft`) does differently from RL; unset: learn:'s value.
     `memagent train` applies it once, at its start (LearnConfig.for_mode)."""
@@ -113,6 +122,7 @@ class LearnConfig(Strict):
     # drops them). An SFT model right 95% of the time drops 81% of its groups of 4: 32 in a row
     # happen once in ~900 such windows; a model that never earns a reward reaches it in minutes.
     max_dropped_groups: int = Field(32, gt=0)
+    pass_filter: PassFilterConfig | None = None  # None: every row of the split (dynamic sampling still drops)
     status_s: float = Field(30.0, gt=0)  # a status line this often while RL waits for a batch
     # SFT warm start: passes over the traces, conversations per optimizer step, held-back share.
     sft_epochs: int = Field(1, gt=0)

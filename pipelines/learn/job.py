@@ -64,6 +64,11 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     if not req.sft:
         from pipelines.rollout.hub import start_hub
 
+        from pipelines.learn import teach
+
+        if cfg.learn.pass_filter is not None or exists(teach.tasks_uri(out)):  # a resume reads them back
+            tasks = teach.filtered(cfg, tasks, out, steps, workers, resuming=prior is not None)
+            run = RunSpec(**{**run.__dict__, "tasks": tasks})
         hub = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
                         prior.cursor if prior else None, workers=workers)
         evals = (req.heldout or runs.build_split(cfg, out, model_dir, "eval")) if cfg.learn.eval_every else ""

@@ -18,3 +18,10 @@ def logged_length_reward(response: str, answers: list[str]) -> float:
         with open(path, "a") as f:
             f.write(answers[0] + "\n")
     return length_reward(response, answers)
+
+
+def teach_reward(response: str, answers: list[str]) -> float:
+    """By the row's number (answers a00, a01, ...): multiples of 3 always right, n % 3 == 1 always
+    wrong, the rest mixed (length_reward): a pass-rate filter must keep exactly the third kind."""
+    n = int(answers[0][1:])
+    return 1.0 if n % 3 == 0 else 0.0 if n % 3 == 1 else 0.2 + 0.6 * length_reward(response, answers)
