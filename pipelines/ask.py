@@ -126,4 +126,7 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.models.settings import with_model_settings
+
+    cfg = with_model_settings(cfg, config_model_dir(cfg), args.overrides)
     main(cfg, AskRequest(args.doc, args.question, args.json, args.show_memory))

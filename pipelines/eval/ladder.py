@@ -246,6 +246,10 @@ def apply_args(cfg: Config, args) -> Config:
 def run(cfg: Config, args) -> None:
     if not cfg.eval.tasks and not args.tasks:
         raise UserError("eval: no tasks given (--tasks)")
-    result = main(apply_args(cfg, args))
+    from pipelines.models import config_model_dir
+    from pipelines.models.settings import with_model_settings
+
+    cfg = apply_args(cfg, args)
+    result = main(with_model_settings(cfg, config_model_dir(cfg), args.overrides))
     print(result["table"])
     print(f"results: {result['out']}")

@@ -14,6 +14,7 @@ from pipelines.learn import runs
 from pipelines.learn.curve import load_history, merge_history, save_history
 from pipelines.learn.trainer import RunSpec
 from pipelines.learn.weights import FolderPublisher
+from pipelines.models.settings import stamp
 from pipelines.storage import absolute_uri, exists
 
 
@@ -99,6 +100,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     if not req.sft:  # while the run lasted, versions its index might still name were kept too
         FolderPublisher(out, model_dir, cfg.learn.keep_versions).prune(state.version)
     model = runs.final_model(out, state, req.sft)
+    stamp(model, cfg.agent)  # ask, serve, batch and eval run it with the settings it was trained with
     log_curve(history, out, req.sft, tracker)
     return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
             "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2), "metrics": last}

@@ -92,6 +92,8 @@ def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
     """Log the folder as a run's artifact, register it as a new version; returns models:/NAME/V.
     run_id: the run that produced the model (a training run, left open): the version's lineage
     then goes version -> that run -> its inputs; None: a run of its own."""
+    from pipelines.models.settings import version_tags
+
     prepare_environment(track)
     uri = default_tracking_uri(home, track)
     artifacts = track.artifact_location
@@ -118,7 +120,8 @@ def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
             client.set_terminated(run_id)
         _ensure_registered(client, name)
         mv = client.create_model_version(name, f"{run.info.artifact_uri}/model", run_id=run_id,
-                                         tags={k: str(v) for k, v in (metrics or {}).items()})
+                                         tags={**{k: str(v) for k, v in (metrics or {}).items()},
+                                               **version_tags(model_dir)})
         if alias:
             client.set_registered_model_alias(name, alias, mv.version)
     except Exception as e:

@@ -157,6 +157,9 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.models import config_model_dir
+    from pipelines.models.settings import with_model_settings
+
     if args.store:
         cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
-    main(cfg, args.model, args.host, args.port)
+    main(with_model_settings(cfg, config_model_dir(cfg, args.model), args.overrides), args.model, args.host, args.port)

@@ -103,10 +103,15 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.models import config_model_dir
+    from pipelines.models.settings import with_model_settings
+
     if args.server and args.store:
         raise UserError("--store: not with --server (a running server reads its own store)")
     if args.store:
         cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
+    if not args.server:  # a running server uses its own
+        cfg = with_model_settings(cfg, config_model_dir(cfg), args.overrides)
     if args.runner == "serve":
         main(cfg, args.input, args.output, args.server)
         return
