@@ -19,12 +19,26 @@ from pipelines.errors import UserError
 from pipelines.models.refs import kind_of
 from pipelines.models.store import store_dir
 
-# Fixed tokens of a template set's longest prompt (fields empty) inside Qwen2.5's chat template
-# with its default system prompt, measured once with the Qwen2.5 vocabulary (151,643 BPE
-# tokens): the paper's and the released checkpoints' tokenizer, which is rarely on the machine
-# that checks a cluster config. SmolLM2's tokenizer and chat template give 132 for the same
-# text, so a model whose tokenizer is on this machine is counted with it instead.
-TEMPLATE_TOKENS = {"release": 116}
+
+@dataclass(frozen=True)
+class TemplateCount:
+    """Fixed tokens of a template set's longest prompt (fields empty) inside a chat template with
+    its default system prompt. Qwen2.5 (151,643 BPE tokens) is the paper's and the released
+    checkpoints' tokenizer, rarely on the machine that checks a cluster config; a model whose
+    tokenizer is on this machine is counted with it instead. SmolLM2's count is kept beside it
+    (tests re-measure it, so an edited template cannot leave a stale constant)."""
+
+    qwen: int
+    smollm2: int  # measured with SmolLM2-135M-Instruct's tokenizer and chat template
+    qwen_measured: bool  # False: estimated (no Qwen2.5 tokenizer where it was added)
+
+
+TEMPLATE_TOKENS = {
+    "release": TemplateCount(qwen=116, smollm2=132, qwen_measured=True),
+    # Qwen2.5 estimated: SmolLM2's 183 less the 16 tokens by which Qwen2.5's chat template and system
+    # prompt are shorter on the release set (132 - 116); the gated text's own tokens taken as equal.
+    "gated": TemplateCount(qwen=167, smollm2=183, qwen_measured=False),
+}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -78,9 +92,13 @@ def template_tokens(cfg: Config) -> tuple[int, str]:
     folder = local_tokenizer_dir(cfg)
     if folder is None:
         if templates.name not in TEMPLATE_TOKENS:
-            raise UserError(f"agent.template '{templates.name}': no measured token count (TEMPLATE_TOKENS in "
+            raise UserError(f"agent.template '{templates.name}': no token count (TEMPLATE_TOKENS in "
                             f"pipelines/cluster/window.py) and the model's tokenizer is not on this machine")
-        return TEMPLATE_TOKENS[templates.name], f"as measured for '{templates.name}' with Qwen2.5's tokenizer"
+        count = TEMPLATE_TOKENS[templates.name]
+        if count.qwen_measured:
+            return count.qwen, f"as measured for '{templates.name}' with Qwen2.5's tokenizer"
+        return count.qwen, (f"as estimated for '{templates.name}' with Qwen2.5's tokenizer (not measured; "
+                            f"SmolLM2's measures {count.smollm2})")
     from transformers import AutoTokenizer
 
     from pipelines.agent.codec import ChatCodec

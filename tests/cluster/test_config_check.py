@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from pipelines.cli import main
+from pipelines.cluster.window import TEMPLATE_TOKENS
 from pipelines.config import REPO_ROOT as REPO
 
 PRESET = str(REPO / "pipelines" / "configs" / "cluster-qwen2.5-7b.yaml")
@@ -114,8 +115,30 @@ def test_a_local_tokenizer_counts_the_template(capsys, tokenizer, tmp_path):
     rc, out, err = check(capsys, f"model.path={tmp_path / 'tok'}", config=str(REPO / "pipelines" / "configs" / "local.yaml"))
     assert rc == 0, err
     window = next(line for line in out.splitlines() if line.startswith("window:"))
-    assert window.startswith("window: template 132 + question 1024 + memory 256 + chunk 2048 + output 256 = 3716")
+    assert window.startswith("window: template 132 + question 1024 + memory 64 + chunk 256 + output 64 = 1540")
     assert f"with the tokenizer in {tmp_path / 'tok'}" in window
+
+
+def test_the_gated_template_without_its_tokenizer_counts_the_qwen_estimate(capsys):
+    """No Qwen2.5 tokenizer here: the gated template's count is the estimate, said so; the paper's
+    budgets, 4 tokens short of 8K with the release template, then overflow by 47."""
+    rc, out, err = check(capsys, "agent.gates=true", "agent.template=gated")
+    assert rc == 2
+    window = next(line for line in out.splitlines() if line.startswith("window:"))
+    assert window.startswith("window: template 167 + question 1024 + memory 1024 + chunk 5000 + output 1024 = 8239 > "
+                             "engine.max_model_len=8192")
+    assert "as estimated for 'gated' with Qwen2.5's tokenizer (not measured; SmolLM2's measures 183)" in window
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATE_TOKENS))
+def test_the_smollm2_counts_are_what_its_tokenizer_measures(capsys, tokenizer, tmp_path, template):
+    tokenizer.save_pretrained(tmp_path / "tok")
+    rc, out, err = check(capsys, f"model.path={tmp_path / 'tok'}", f"agent.template={template}",
+                         f"agent.gates={str(template == 'gated').lower()}",
+                         config=str(REPO / "pipelines" / "configs" / "local.yaml"))
+    assert rc == 0, err
+    window = next(line for line in out.splitlines() if line.startswith("window:"))
+    assert window.startswith(f"window: template {TEMPLATE_TOKENS[template].smollm2} + ")
 
 
 @pytest.mark.parametrize("override,needle", [
