@@ -143,6 +143,15 @@ def written(fs: pafs.FileSystem, path: str) -> Iterator[str]:
             os.remove(tmp)
 
 
+def inside(root: Path, relative: str, what: str) -> Path:
+    """root/relative, refused when it would lie outside root (`..`, an absolute part): a remote key
+    or a reference must not choose where on this machine a file is written."""
+    target = (root / relative.lstrip("/")).resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise UserError(f"{what} '{relative}': lies outside '{root}'")
+    return target
+
+
 def download_prefix(uri: str, dest: Path) -> Path:
     """Copy every object under an s3:// prefix (or folder) into dest; skips files already there.
     Each file appears whole (written()), also with several processes fetching."""
@@ -153,7 +162,7 @@ def download_prefix(uri: str, dest: Path) -> Path:
         raise UserError(f"'{uri}': no such folder or prefix, or it is empty")
     local = pafs.LocalFileSystem()
     for info in infos:
-        target = dest / info.path[len(root):].lstrip("/")
+        target = inside(dest, info.path[len(root):], f"object of '{uri}'")
         if target.exists() and target.stat().st_size == info.size:
             continue
         with written(local, str(target)) as tmp, fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:

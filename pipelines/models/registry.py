@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipelines.errors import UserError
 from pipelines.models.refs import RegistryRef, parse_registry_ref
-from pipelines.storage import aside, into_place
+from pipelines.storage import aside, inside, into_place
 from pipelines.track.config import TrackConfig
 from pipelines.track.redact import env_secrets, redact
 from pipelines.track.tracker import MlflowTracker, default_tracking_uri, git_commit, prepare_environment
@@ -67,7 +67,7 @@ def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
     client = _client(uri)
     try:
         version = resolve_version(client, parsed)
-        dest = home / "cache" / "registry" / parsed.name / version
+        dest = inside(home / "cache" / "registry", f"{parsed.name}/{version}", "model")
         if (dest / "config.json").is_file():
             return dest
         source = client.get_model_version(parsed.name, version).source

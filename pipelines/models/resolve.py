@@ -7,7 +7,7 @@ from pathlib import Path
 from pipelines.errors import UserError
 from pipelines.models.refs import absolute_ref, kind_of
 from pipelines.models.store import store_model
-from pipelines.storage import download_prefix, exists
+from pipelines.storage import download_prefix, exists, inside
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -30,7 +30,7 @@ def resolve_model(ref: str, home: Path, tracking_uri: str | None = None) -> Path
     use. `models:/` refs are fetched from `tracking_uri` (default: MLFLOW_TRACKING_URI, else local)."""
     kind = kind_of(ref)
     if kind == "s3":
-        cache = home / "cache" / "s3" / ref[len("s3://"):].strip("/")
+        cache = inside(home / "cache" / "s3", ref[len("s3://"):].strip("/"), "model")
         return check_model_dir(download_prefix(ref, cache), ref)
     if kind == "registry":  # a registered MLflow model version, cached once fetched
         from pipelines.models.registry import fetch_registered

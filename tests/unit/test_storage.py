@@ -78,3 +78,22 @@ def test_written_replaces_the_file_whole_or_leaves_it(tmp_path):
         open(aside, "w").write("half")
         raise RuntimeError("failed mid-write")
     assert target.read_text() == "v1" and [p.name for p in target.parent.iterdir()] == [target.name]
+
+
+def test_a_key_or_reference_cannot_write_outside_its_folder(tmp_path):
+    from pipelines.errors import UserError
+    from pipelines.storage import inside
+
+    assert inside(tmp_path, "a/b.json", "object") == (tmp_path / "a" / "b.json").resolve()
+    assert inside(tmp_path, "/a/b.json", "object") == (tmp_path / "a" / "b.json").resolve()
+    for bad in ("../x", "a/../../x", "a/../../../etc/passwd"):
+        with pytest.raises(UserError, match="lies outside"):
+            inside(tmp_path / "cache", bad, "model")
+
+
+def test_a_download_refuses_a_key_that_climbs_out(tmp_path):
+    from pipelines.errors import UserError
+    from pipelines.models.resolve import resolve_model
+
+    with pytest.raises(UserError, match=r"model '.*\.\./.*': lies outside"):
+        resolve_model("s3://bucket/../../../../tmp/evil", tmp_path)
