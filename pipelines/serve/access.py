@@ -85,6 +85,32 @@ def check_s3(uri: str, prefixes: tuple[str, ...], name: str) -> str:
     raise ServeError(f"{name} '{uri}': outside the allowed s3:// prefixes ({S3_HINT})", 403)
 
 
+def check_model(ref: str, access: Access, names: tuple[str, ...]) -> str:
+    """A reload's model reference, confined like every other input: registry and store names on the
+    list (serve.allowed_models), folders and s3:// prefixes where the Access rule allows."""
+    from pipelines.models.refs import kind_of, parse_registry_ref
+
+    kind = kind_of(ref)
+    if kind in ("folder", "s3"):
+        access.check(ref, "model")
+        return ref
+    name = parse_registry_ref(ref).name if kind == "registry" else ref
+    if name not in names:
+        raise ServeError(f"model '{ref}': not a model a reload may name (serve.allowed_models)", 403)
+    return ref
+
+
+def reload_names(served: str, allowed: tuple[str, ...] | None) -> tuple[str, ...]:
+    """serve.allowed_models, or by default the served model's registry name and the built-ins."""
+    from pipelines.models.refs import kind_of, parse_registry_ref
+    from pipelines.models.store import BUILTINS
+
+    if allowed is not None:
+        return tuple(allowed)
+    own = (parse_registry_ref(served).name,) if kind_of(served) == "registry" else ()
+    return (*own, *BUILTINS)
+
+
 @dataclass(frozen=True)
 class Access:
     """The rule one app applies to every path it is handed. The empty rule allows nothing."""

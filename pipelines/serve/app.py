@@ -72,6 +72,7 @@ def build_app(cfg: Config, model: str | None = None):
     from pipelines.serve.deployments import Agent, Jobs, Tracking
     from pipelines.track.tracker import MlflowTracker, create_tracker, run_tags
     from pipelines.serve.gateway import Gateway, GatewaySettings
+    from pipelines.serve.access import Access, reload_names
     from pipelines.serve.replica import ReplicaSettings
 
     s, there = cfg.serve, runtime.portable(cfg)
@@ -95,7 +96,8 @@ def build_app(cfg: Config, model: str | None = None):
         max_queued_requests=s.max_queued_requests, ray_actor_options=replica_options(cfg, env),
     ).bind(settings, track)
     jobs = Jobs.options(ray_actor_options=light, max_ongoing_requests=1000).bind(agent, settings, track)
-    gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg), follow)
+    gateway = GatewaySettings(token_of(cfg), s.max_request_bytes, s.retry_after_s, state_dir(cfg), follow,
+                              Access.of(paths, prefixes), reload_names(ref, s.allowed_models))
     return Gateway.options(ray_actor_options=light, max_ongoing_requests=10_000).bind(agent, jobs, gateway)
 
 

@@ -24,6 +24,10 @@ class ServeConfig(Strict):
     # s3:// prefixes they may name (whole segments: s3://b/docs allows s3://b/docs/x only);
     # None: the chunk store's prefix if it is on S3.
     allowed_s3_prefixes: tuple[str, ...] | None = None
+    # Registry names (models:/NAME/...) and model-store names (smollm2) that /v1/admin/reload may
+    # name; None: the served model's registry name, if it is one, and the store's built-ins. A reload
+    # to a folder or an s3:// prefix must lie under allowed_paths / allowed_s3_prefixes instead.
+    allowed_models: tuple[str, ...] | None = None
     # Where job registry and the current model version live; "" -> HOME/serve.
     state_dir: str = ""
     # Serving models:/NAME@ALIAS: poll the alias and reload the version it moves to

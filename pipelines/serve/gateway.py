@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 
+from pipelines.serve.access import Access, check_model
 from pipelines.serve.follow import Follow, follow
 from pipelines.serve.schema import AnswerRequest, ChatRequest, JobRequest, ReloadRequest, Reply, ServeError, parse_body
 
@@ -38,6 +39,8 @@ class GatewaySettings:
     retry_after_s: int
     state_dir: str
     follow: Follow | None = None  # serving models:/NAME@ALIAS with serve.follow_alias
+    access: Access = Access()  # where a reload's folder or s3:// model may lie
+    models: tuple[str, ...] = ()  # registry and store names a reload may name
 
 
 def body_doc(model) -> dict:
@@ -219,20 +222,29 @@ class Gateway:
         return await self._call(request, self._reload, ReloadRequest, admin=True)
 
     async def _reload(self, body: ReloadRequest) -> Reply:
-        """Check the model on every replica, record it (restarts load it), then swap it in on all.
+        """Check the reference (confined as every input is) and the model on every replica, swap it
+        in on all, then record it (replicas that restart later load it). Versions only go up.
 
         Broadcasts, not routed calls: a control-plane call must not be refused as overload
         when the replicas are busy with the traffic that the reload is meant not to drop.
         """
         from pipelines.serve.state import read_model_state, write_model_state
 
+        try:
+            check_model(body.model, self.s.access, self.s.models)
+        except ServeError as e:
+            return Reply.failure(e)
         checks = await self.agent.broadcast("resolve", body.model).results_async()
         failed = next((c for c in checks if c.error is not None), None)
         if failed:
             return failed
         current = read_model_state(self.s.state_dir)
         live = await self.agent.broadcast("info").results_async()
-        version = body.version or max([i["version"] for i in live] + [current[1] if current else 0]) + 1
-        write_model_state(self.s.state_dir, body.model, version)
+        served = max([i["version"] for i in live] + [current[1] if current else 0])
+        if body.version is not None and body.version <= served:
+            return Reply(status=409, error=f"version {body.version}: not above the served version {served}")
+        version = body.version or served + 1
         replicas = await self.agent.broadcast("reload", body.model, version).results_async()
+        if any(r["version"] == version for r in replicas):  # recorded once a replica serves it
+            write_model_state(self.s.state_dir, body.model, version)
         return Reply({"model": body.model, "version": version, "replicas": replicas})

@@ -14,11 +14,21 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipelines.errors import UserError
-from pipelines.storage import first_line
 
 DOC_FIELDS = ("document", "doc_id", "uri")
 MAX_CHOICES = 16  # n: completions per chat request
 MAX_STOPS = 4  # OpenAI's limit on stop sequences
+
+
+def log_internal(e: BaseException) -> str:
+    """A new request id, with the traceback logged under it: a 500 answer names the id, never the
+    exception's text (it may hold server paths)."""
+    import logging
+    import uuid
+
+    rid = uuid.uuid4().hex[:12]
+    logging.getLogger("memagent.serve").error("request %s: internal error", rid, exc_info=e)
+    return rid
 
 
 class ServeError(UserError):
@@ -45,7 +55,7 @@ class Reply:
             return cls(status=e.status, error=str(e))
         if isinstance(e, UserError):
             return cls(status=400, error=str(e))
-        return cls(status=500, error=f"internal error: {e.__class__.__name__}: {first_line(e)}")
+        return cls(status=500, error=f"internal error (request id {log_internal(e)})")
 
 
 class Body(BaseModel):

@@ -257,6 +257,14 @@ def test_reload_mid_traffic_drops_nothing(client, served, smollm2_dir, tmp_path)
     assert client.get("/v1/models").json()["data"][0]["version"] == version
     after = client.post("/v1/answer", json={"question": "q?", "doc_id": "doc-0"}).json()
     assert after["model_version"] == version
+    from pipelines.serve.state import read_model_state
+
+    assert read_model_state(served[0].serve.state_dir) == (str(new), version)  # recorded once loaded
+    denied = client.post("/v1/admin/reload", json={"model": "models:/someone-else/1"})
+    assert denied.status_code == 403 and "serve.allowed_models" in denied.json()["error"]["message"]
+    stale = client.post("/v1/admin/reload", json={"model": str(new), "version": version})
+    assert stale.status_code == 409 and "not above the served version" in stale.json()["error"]["message"]
+    assert read_model_state(served[0].serve.state_dir) == (str(new), version)
 
 
 def test_batch_command_follows_a_job_on_the_server(served, tmp_path):

@@ -192,8 +192,37 @@ def test_job_state_round_trips_with_a_typed_status(tmp_path):
 def test_reply_failure_is_one_line_with_its_status():
     assert Reply.failure(ServeError("uri 'x': outside", 403)) == Reply(status=403, error="uri 'x': outside")
     assert Reply.failure(UserError("model 'm': no such folder")) == Reply(status=400, error="model 'm': no such folder")
-    assert Reply.failure(RuntimeError("a\nb")) == Reply(status=500, error="internal error: RuntimeError: a")
     assert Reply({"ok": 1}).error is None
+
+
+def test_a_500_names_a_request_id_and_logs_the_traceback_under_it(caplog):
+    import re
+
+    try:
+        raise RuntimeError("/srv/secret/path/model.bin: broken")
+    except RuntimeError as e:
+        reply = Reply.failure(e)
+    assert reply.status == 500 and "/srv" not in reply.error
+    rid = re.fullmatch(r"internal error \(request id ([0-9a-f]{12})\)", reply.error).group(1)
+    logged = next(r for r in caplog.records if rid in r.getMessage())
+    assert logged.exc_info and "/srv/secret/path" in str(logged.exc_info[1])
+
+
+def test_a_reload_names_only_listed_models_and_confined_paths(tmp_path):
+    from pipelines.serve.access import Access, check_model, reload_names
+
+    names = reload_names("models:/memagent@production", None)
+    assert names[0] == "memagent" and "smollm2" in names
+    rule = Access.of([str(tmp_path)], ["s3://models/ok"])
+    for ref in ("models:/memagent/3", "models:/memagent@candidate", "smollm2", str(tmp_path / "m"),
+                "s3://models/ok/v2"):
+        assert check_model(ref, rule, names) == ref
+    for ref, why in (("models:/other/1", "serve.allowed_models"), ("/etc", "allowed paths"),
+                     (str(tmp_path / ".." / "x"), "allowed paths"), ("s3://models/evil", "s3:// prefixes")):
+        with pytest.raises(ServeError, match=why) as e:
+            check_model(ref, rule, names)
+        assert e.value.status == 403
+    assert reload_names("smollm2", ("a",)) == ("a",)
 
 
 def test_a_kept_turn_streams_as_a_kept_event():
