@@ -42,8 +42,8 @@ def verdict(before: dict[str, float], after: dict[str, float], margin: float) ->
     gain, lo, hi, n = paired_diff(before, after)
     better = n > 0 and lo > margin
     span = f"paired gain {100 * gain:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}] on {n} rows"
-    why = (f"{span}: the interval's lower bound clears the margin {100 * margin:.1f}" if better else
-           f"{span}: the interval's lower bound does not clear the margin {100 * margin:.1f}" if n else
+    why = (f"{span}: the interval's lower bound clears the margin of {100 * margin:.1f} points" if better else
+           f"{span}: the interval's lower bound does not clear the margin of {100 * margin:.1f} points" if n else
            "no row scored by both")
     return Verdict(gain, lo, hi, n, better, why)
 
