@@ -103,10 +103,17 @@ def importable_path() -> str:
     return os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
 
 
+# Credentials never travel in a runtime_env (Ray shows it in actor metadata and the dashboard):
+# workers read them from the environment their node gives them (KubeRay envFrom a Secret; locally,
+# the process environment a local Ray's workers inherit from the driver that started it).
+SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def worker_env(**overrides: str) -> dict[str, str]:
-    """The environment variables an actor gets from the driver (FORWARDED_ENV and every AWS_
-    variable that is set), with `overrides` over them."""
-    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in FORWARDED_ENV}
+    """The environment variables an actor gets from the driver (FORWARDED_ENV and the AWS_
+    settings that are set, credentials excepted), with `overrides` over them."""
+    env = {k: v for k, v in os.environ.items()
+           if (k.startswith("AWS_") and k not in SECRET_ENV) or k in FORWARDED_ENV}
     return {**env, **overrides}
 
 

@@ -13,12 +13,15 @@ from tests.support import REPO
 
 
 def test_workers_get_the_s3_settings_and_the_named_variables_only(monkeypatch):
-    monkeypatch.setenv("AWS_SESSION_TOKEN", "t")
+    for secret in runtime.SECRET_ENV:
+        monkeypatch.setenv(secret, "s3cr3t")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "WARNING")
     monkeypatch.setenv("MEMAGENT_HOME", "/driver/home")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
     env = runtime.worker_env(TOKENIZERS_PARALLELISM="false")
-    assert env["AWS_SESSION_TOKEN"] == "t" and env["VLLM_LOGGING_LEVEL"] == "WARNING"
+    assert env["AWS_ENDPOINT_URL"] == "http://127.0.0.1:8333" and env["VLLM_LOGGING_LEVEL"] == "WARNING"
+    assert "s3cr3t" not in env.values()  # keys reach workers through their node's environment only
     assert env["TOKENIZERS_PARALLELISM"] == "false"  # an override wins over the driver's value
     assert "MEMAGENT_HOME" not in env  # each node keeps its own home
 
