@@ -174,6 +174,7 @@ def run_round(cfg: Config, req: Request, state: dict, out: str, tracker, deadlin
     rnd = state["current"]
     if "rows" not in rnd:  # the new files' rows, (re)written whole, then recorded
         rnd["rows"] = copy_rows(rnd["files"], f"{rnd['folder']}/tasks")
+        check_heldout(state["heldout"], f"{rnd['folder']}/tasks", rnd["files"])
         save_state(out, state)
     with tracker.start_run(f"round-{rnd['n']:03d}", nested=True) as run_id:
         tracker.set_tags({"round": rnd["n"], "round_files": len(rnd["files"]), "base_model": rnd["base"]})
@@ -199,6 +200,17 @@ def run_round(cfg: Config, req: Request, state: dict, out: str, tracker, deadlin
     save_state(out, state)
     print(report(cfg, rnd), file=logs.console(), flush=True)
     return True
+
+
+def check_heldout(heldout: str, tasks: str, files: list[str]) -> None:
+    """The gate scores rounds on held-out rows: none may be a row, or read a document, of the round."""
+    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.learn.gate import shared_row
+
+    if shared := shared_row(read_task_rows(heldout), read_task_rows(tasks)):
+        raise UserError(f"held-out rows '{heldout}': {shared} is also in the new task files "
+                        f"({', '.join(files[:3])}{', ...' if len(files) > 3 else ''}); the gate needs rows the "
+                        "model never trained on")
 
 
 def copy_rows(files: list[str], uri: str) -> int:

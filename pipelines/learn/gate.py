@@ -13,7 +13,7 @@ above the margin by luck of a few rows) registers nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipelines.config import Config
@@ -46,6 +46,29 @@ def verdict(before: dict[str, float], after: dict[str, float], margin: float) ->
            f"{span}: the interval's lower bound does not clear the margin of {100 * margin:.1f} points" if n else
            "no row scored by both")
     return Verdict(gain, lo, hi, n, better, why)
+
+
+def document_key(row) -> str:
+    """What makes two rows read the same document: its store id, else a digest of its inline text."""
+    import hashlib
+
+    return f"doc:{row.doc_id}" if row.doc_id else "text:" + hashlib.sha1((row.context or "").encode()).hexdigest()
+
+
+def shared_row(heldout: Iterable, train: Iterable) -> str | None:
+    """The first training row that shares a sample id or a document with a held-out row (a gain
+    measured on rows the model trained on means nothing), named; None when they are disjoint.
+    The held-out rows are held in memory (a few hundred), the training rows streamed."""
+    ids, docs = set(), set()
+    for row in heldout:
+        ids.add(row.sample_id)
+        docs.add(document_key(row))
+    for row in train:
+        if row.sample_id in ids:
+            return f"sample '{row.sample_id}'"
+        if document_key(row) in docs:
+            return f"the document of sample '{row.sample_id}'"
+    return None
 
 
 def with_model(cfg: Config, model: str) -> Config:

@@ -61,3 +61,17 @@ def test_candidate_then_promote_moves_production_once(tmp_path, tiny_model_dir):
     # the same round registered again (a restart) is found, not added
     assert register(cfg, round_of("round-b", str(tiny_model_dir), "candidate"), None, promote=True) == promoted
     assert len(client.search_model_versions(f"name = '{NAME}'")) == 3
+
+
+def test_held_out_rows_must_share_no_sample_and_no_document_with_the_training_rows():
+    from pipelines.ingest.tasks import TaskRow
+    from pipelines.learn.gate import shared_row
+
+    def row(sid: str, doc: str | None = None, text: str | None = "a text") -> TaskRow:
+        return TaskRow(sid, "q?", ["a"], "one_of", doc, None if doc else text, 3, "t", "train")
+
+    heldout = [row("h1", text="held-out text"), row("h2", doc="d7")]
+    assert shared_row(heldout, [row("t1", text="other text"), row("t2", doc="d8")]) is None
+    assert shared_row(heldout, [row("t1", text="other"), row("h1", text="new")]) == "sample 'h1'"
+    assert shared_row(heldout, [row("t3", doc="d7")]) == "the document of sample 't3'"
+    assert shared_row(heldout, (r for r in [row("t4", text="held-out text")])) == "the document of sample 't4'"
