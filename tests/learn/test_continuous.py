@@ -41,7 +41,10 @@ def setup(tmp_path_factory, tiny_model_dir, tokenizer):
         return [replace(synthetic_rows(1, count, answer=lambda _: answer, repeats=6 + i % 7)[0],
                         sample_id=f"{prefix}{i:02d}", split=split) for i in range(n)]
 
-    write_task_rows(rows("h", 8, "eval", "7"), str(root / "heldout"))
+    # Held-out documents of their own (the gate refuses rows that share one with the training files).
+    heldout = [replace(r, context=f"Held out. {r.context}", doc_tokens=count(f"Held out. {r.context}"))
+               for r in rows("h", 8, "eval", "7")]
+    write_task_rows(heldout, str(root / "heldout"))
     overrides = [
         f"model.path={tiny_model_dir}", "engine.kind=hf", "engine.dtype=float32", "agent.chunk_size=128",
         "agent.memory_budget=16", "agent.final_budget=8", "learn.sft.lr=1e-2", "learn.sft.steps=20", "learn.sft_batch=4", "learn.sft_epochs=6",
