@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
     "config": ("pipelines.cluster.check", "check a config without starting anything (keys, resources, window), or show it"),
     "train": ("pipelines.learn.command", "train the agent: SFT warm start (--sft) or Multi-Conv DAPO with rollout workers"),
+    "plan": ("pipelines.plan.command", "what a run costs before it starts: tokens, seconds, steps/hour, accelerator-hours"),
 }
 
 
