@@ -10,7 +10,9 @@ moment its last row is in, so a re-run skips finished cells; the records of an u
 cell are checkpointed every eval.checkpoint_rows rows (and when the run stops on an error or
 Ctrl-C), so a re-run also skips the rows already done. Prints the table in the paper's
 layout (the strict score % with a 95% interval, the paper's lenient sub_em beside it) and logs
-metrics, table, plot and memory traces to MLflow as `eval/{task}/{length}/{strict,em,f1,sub_em}`.
+metrics, table, plot and memory traces to MLflow as `eval/{task}/{length}/{strict,em,f1,sub_em}`;
+the rows read are the run's held-out datasets, the first eval.traces questions of each
+memory-agent cell MLflow traces (pipelines/eval/traces.py).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, t
 from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
                                     read_cell, read_parts, summarize, write_cell, write_part)
 from pipelines.eval.stats import parse_length
+from pipelines.eval.traces import eval_traces
 from pipelines.storage import write_whole
 from pipelines.track import Tracker, command_run, create_tracker
+from pipelines.track.datasets import HELD_OUT, refs
 
 Cell = tuple[str, str, str]
 
@@ -194,6 +198,7 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
                     (traces / f"{task}_{length}_{rec['index']}.md").write_text(trace_markdown(rec))
         for path in sorted(traces.iterdir()):
             tracker.log_artifact(path, "eval/traces")
+    tracker.log_traces(eval_traces(cells, e.traces))
     tracker.log_metrics(metrics)
     return {"out": out, "table": table, "summary": nested, "metrics": metrics}
 
@@ -212,6 +217,7 @@ def main(cfg: Config, workers: list | None = None) -> dict:
     tracker = create_tracker(cfg)
     tags = {"dataset": cfg.eval.dataset, "store": cfg.eval.store, "eval_out": out}
     with command_run(tracker, cfg, "eval", tags=tags):
+        tracker.log_datasets(refs(HELD_OUT, cfg.eval.dataset, cfg.eval.store or cfg.rollout.store))
         if todo:
             run_cells(cfg, out, todo, tracker, workers)
         result = finalize(cfg, out, tracker)

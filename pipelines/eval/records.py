@@ -4,7 +4,8 @@ A record keeps what the table, the CSV and the memory traces need, never the doc
 the token ids: the question, gold answers and their kind, prediction, raw answer, scores
 (pipelines.agent.reward.SCORES, strict first, computed from the prediction), document tokens,
 turns, the gates' counts, the memory (every step for the first `traces` rows of a cell, else
-the last one).
+the last one) and, for those rows, each turn's `steps` (prompt tokens, tokens generated,
+seconds, gate decision): what their MLflow traces show (pipelines/eval/traces.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
             "question": row.question, "answers": list(row.answers), "answer_kind": row.answer_kind,
             "prediction": None, "answer": "", "strict": 0.0, "em": 0.0, "sub_em": 0.0, "f1": 0.0,
             "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0,
-            **GATES_NONE}
+            "steps": [], **GATES_NONE}
 
 
 def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
@@ -46,11 +47,18 @@ def trajectory_record(ref: RowRef, t: Trajectory, traces: int) -> dict:
     rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
                turns=len(t.turns), truncated=t.truncated, chunks_read=t.chunks_read, chunks_unread=t.chunks_unread,
                memory_updates=t.memory_updates, exit_chunk=t.exit_chunk, malformed=t.malformed,
-               memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds)
+               memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds,
+               steps=turn_steps(t) if ref.index < traces else [])
     row = ref.row
     rec.update(scores(t.prediction, row.answers, row.answer_kind),
                answer_recall=answer_recall(t.answer, row.answers, row.answer_kind))
     return rec
+
+
+def turn_steps(t: Trajectory) -> list[dict]:
+    """What a trace shows of each turn, in order (the chunk turns, then the final one)."""
+    return [{"prompt_tokens": len(turn.prompt_ids), "generated": len(turn.response_ids),
+             "seconds": float(turn.seconds), "gate": turn.gate, "final": turn.is_final} for turn in t.turns]
 
 
 def quarantine_record(ref: RowRef, reason: str) -> dict:

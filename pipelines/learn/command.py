@@ -88,7 +88,7 @@ def announce(cfg: Config, sft: bool, source: str | None) -> None:
 def run(cfg: Config, args) -> None:
     from pipelines.learn import runs
     from pipelines.learn.job import TrainRequest, main
-    from pipelines.track.tracker import command_run, create_tracker
+    from pipelines.track.tracker import command_run, create_tracker, train_label
 
     if args.sft:
         check_sft_overrides(getattr(args, "overrides", []) or [])
@@ -103,7 +103,7 @@ def run(cfg: Config, args) -> None:
     req = TrainRequest(args.sft, args.tasks, args.steps, args.max_minutes, args.out, args.resume)
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "train", tags={"dataset": args.tasks or "built", "base_model": cfg.model.path,
-                                                   "sft": req.sft}) as run_id:
+                                                   "sft": req.sft}, label=train_label(cfg, req.sft)) as run_id:
         out = main(cfg, req, tracker)
         out["registered"] = runs.register(cfg, out, run_id)
     print(json.dumps(out))

@@ -47,6 +47,7 @@ from pipelines.errors import UserError
 from pipelines.learn.gate import decide, register, report, with_model
 from pipelines.rollout.pool import Pool
 from pipelines.storage import absolute_uri, exists, file_info, resolve, write_whole
+from pipelines.track.tracker import nested_under, stage
 
 STATE = "continuous.json"
 
@@ -185,7 +186,8 @@ def run_round(cfg: Config, req: Request, state: dict, out: str, tracker, deadlin
             rnd.update(trained)
             save_state(out, state)
         if rnd["rows"] and "register" not in rnd:
-            rnd.update(decide(cfg, state, out, pool.load))
+            with nested_under(run_id), stage("eval-heldout"):  # the round's and the incumbent's evaluations
+                rnd.update(decide(cfg, state, out, pool.load))
             save_state(out, state)
             tracker.log_metrics({"continuous/heldout_strict": rnd["strict"], "continuous/gain": rnd["gain"][0],
                                  "continuous/gain_lo": rnd["gain"][1]})
@@ -248,7 +250,7 @@ def summary(rnd: dict) -> dict:
 
 
 def run(cfg: Config, args) -> None:
-    from pipelines.track.tracker import command_run, create_tracker
+    from pipelines.track.tracker import command_run, create_tracker, train_label
 
     if not args.tasks:
         raise UserError("train --continuous: --tasks FOLDER (the task files to watch, local or s3://) is required")
@@ -258,6 +260,7 @@ def run(cfg: Config, args) -> None:
     req = Request(args.tasks, args.out, args.sft, args.promote, args.once, args.max_minutes, args.steps)
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "train", tags={"continuous": True, "dataset": args.tasks,
-                                                   "base_model": cfg.model.path, "sft": args.sft}):
+                                                   "base_model": cfg.model.path, "sft": args.sft},
+                     label=f"--continuous {train_label(cfg, args.sft)}"):
         out = main(cfg, req, tracker)
     print(json.dumps(out))

@@ -74,6 +74,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
                         prior.cursor if prior else None, workers=workers)
         evals = (req.heldout or runs.build_split(cfg, out, model_dir, "eval")) if cfg.learn.eval_every else ""
         run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
+    log_inputs(cfg, tracker, tasks, run.eval_tasks if not req.sft else None)
     started, last = time.perf_counter(), {}
     history = load_history(out) if prior else []  # the steps before a resume, for the curve
     try:
@@ -102,8 +103,23 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     model = runs.final_model(out, state, req.sft)
     stamp(model, cfg.agent)  # ask, serve, batch and eval run it with the settings it was trained with
     log_curve(history, out, req.sft, tracker)
+    if tracker is not None:  # registering it later uploads its files into this logged model
+        from pipelines.track.redact import flatten
+        from pipelines.track.tracker import short_model
+
+        name = f"{'sft' if req.sft else 'rl'}-{short_model(cfg.model.path)}"
+        tracker.log_model(name, model, metrics=last, params=flatten({"agent": cfg.agent.model_dump(mode="json")}))
     return {"model": model, "steps": state.step, "version": state.version, "checkpoint": result.checkpoint.path,
             "tasks": tasks, "minutes": round((time.perf_counter() - started) / 60, 2), "metrics": last}
+
+
+def log_inputs(cfg: Config, tracker, tasks: str, heldout: str | None) -> None:
+    """The training rows, the chunk store their documents come from, RL's held-out rows: the run's datasets."""
+    if tracker is None:
+        return
+    from pipelines.track.datasets import HELD_OUT, TRAINING, refs
+
+    tracker.log_datasets([*refs(TRAINING, tasks, cfg.rollout.store or cfg.ingest.store), *refs(HELD_OUT, heldout)])
 
 
 def log_curve(history: list, out: str, sft: bool, tracker) -> None:

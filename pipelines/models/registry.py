@@ -18,6 +18,7 @@ from pipelines.models.refs import RegistryRef, parse_registry_ref
 from pipelines.storage import aside, inside, into_place
 from pipelines.track.config import TrackConfig
 from pipelines.track.redact import env_secrets, redact
+from pipelines.track.traces import global_uri
 from pipelines.track.tracker import MlflowTracker, default_tracking_uri, git_commit, prepare_environment
 
 
@@ -70,7 +71,7 @@ def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
         dest = inside(home / "cache" / "registry", f"{parsed.name}/{version}", "model")
         if (dest / "config.json").is_file():
             return dest
-        source = client.get_model_version(parsed.name, version).source
+        source = client.get_model_version_download_uri(parsed.name, version)  # a logged model's: its files
         tmp = Path(aside(str(dest)))  # the artifact lands in a folder of its own name inside
         tmp.mkdir(parents=True)
         try:
@@ -89,9 +90,12 @@ def fetch_registered(ref: str, home: Path, uri: str | None = None) -> Path:
 def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
                    metrics: dict[str, float] | None = None, alias: str | None = None,
                    tags: dict[str, str] | None = None, run_id: str | None = None) -> str:
-    """Log the folder as a run's artifact, register it as a new version; returns models:/NAME/V.
-    run_id: the run that produced the model (a training run, left open): the version's lineage
-    then goes version -> that run -> its inputs; None: a run of its own."""
+    """Register the folder as a new version of `name`; returns models:/NAME/V.
+
+    The version points to an MLflow logged model (version -> logged model -> run -> datasets):
+    the one its training run `run_id` logged (pipelines/learn/job.py), else one made here, in
+    a run of its own when run_id is None. The folder is uploaded into the logged model once;
+    `metrics` (held-out figures) go onto the run, the logged model and the version's tags."""
     from pipelines.models.settings import version_tags
 
     prepare_environment(track)
@@ -110,23 +114,47 @@ def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
         else:
             for k, v in (tags or {}).items():
                 client.set_tag(run_id, k, v)
-        run = client.get_run(run_id)
-        client.log_artifacts(run_id, str(model_dir), "model")
+        model_id = logged_model(client, tracker.experiment_id(), run_id, name)
+        client.log_model_artifacts(model_id, str(model_dir))
         if metrics:
             from mlflow.entities import Metric
 
-            client.log_batch(run_id, metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()])
+            client.log_batch(run_id, metrics=[Metric(k, float(v), 0, 0, model_id=model_id)
+                                              for k, v in metrics.items()])
         if own:
             client.set_terminated(run_id)
         _ensure_registered(client, name)
-        mv = client.create_model_version(name, f"{run.info.artifact_uri}/model", run_id=run_id,
-                                         tags={**{k: str(v) for k, v in (metrics or {}).items()},
-                                               **version_tags(model_dir)})
+        with global_uri(uri):  # the store resolves models:/<id> through the global client
+            mv = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, model_id=model_id,
+                                             tags={**{k: str(v) for k, v in (metrics or {}).items()},
+                                                   **version_tags(model_dir)})
+        link_version(client, model_id, name, str(mv.version))
         if alias:
             client.set_registered_model_alias(name, alias, mv.version)
     except Exception as e:
         raise _fail(f"models:/{name}", redact(uri), e) from None
     return f"models:/{name}/{mv.version}"
+
+
+def logged_model(client, experiment_id: str, run_id: str, name: str) -> str:
+    """The id of the logged model run `run_id` made (its latest), else of a new one of that run."""
+    found = client.search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'",
+                                        order_by=[{"field_name": "creation_timestamp", "ascending": False}])
+    if found:
+        return found[0].model_id
+    lm = client.create_logged_model(experiment_id, name=name, source_run_id=run_id)
+    client.finalize_logged_model(lm.model_id, "READY")
+    return lm.model_id
+
+
+def link_version(client, model_id: str, name: str, version: str) -> None:
+    """The logged model lists its registered versions (tag mlflow.modelVersions, as mlflow.register_model
+    writes it): the UI links the model to them."""
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    known = client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS)
+    value = (json.loads(known) if known else []) + [{"name": name, "version": version}]
+    client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(value)})
 
 
 def _ensure_registered(client, name: str) -> None:

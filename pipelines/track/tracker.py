@@ -1,8 +1,14 @@
-"""Tracking behind a five-method interface: MLflow, or a null tracker for dry runs and ranks > 0.
+"""Tracking behind a small interface: MLflow, or a null tracker for dry runs and ranks > 0.
 
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "eval", tags={"model": ref}):
         tracker.log_metrics({"eval/hotpotqa/8K/sub_em": 0.5}, step=0)
+
+The run tree: a standalone command is a top-level run named by command and model (`eval
+smollm2`); a pipeline (the quickstart, a continuous-training round) opens one parent run with
+`pipeline_run`, and every command run opened inside a `stage(name)` of it is that parent's child,
+named by the stage (`eval-base`, `sft`, ...). Parent and stage live in context variables, so
+the stages need no tracker of the pipeline's.
 
 A tracking server that is down never costs a run its results: the first failure logs one
 warning, and every later record is appended to a local JSONL spool instead.
@@ -11,10 +17,12 @@ warning, and every later record is appended to a local JSONL spool instead.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,6 +33,8 @@ from pipelines.track.redact import env_secrets, flatten, install_log_redaction, 
 
 log = logging.getLogger("memagent.track")
 MAX_PARAM_LEN = 6000
+_PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_parent_run", default=None)
+_STAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_stage", default=None)
 
 
 class Tracker(Protocol):
@@ -40,6 +50,13 @@ class Tracker(Protocol):
 
     def set_tags(self, tags: Mapping[str, object]) -> None: ...
 
+    def log_datasets(self, datasets: list) -> None: ...
+
+    def log_model(self, name: str, path: str, metrics: Mapping[str, float] | None = None,
+                  params: Mapping[str, object] | None = None) -> str | None: ...
+
+    def log_traces(self, traces: list) -> list[str]: ...
+
 
 class NullTracker:
     """Records nothing: tracking off, dry runs, non-zero ranks."""
@@ -47,7 +64,7 @@ class NullTracker:
     run_id: str | None = None
 
     @contextlib.contextmanager
-    def start_run(self, name: str, nested: bool = False) -> Iterator[None]:
+    def start_run(self, name: str, nested: bool = False, parent: str | None = None) -> Iterator[None]:
         yield None
 
     def log_params(self, params: Mapping[str, object]) -> None:
@@ -61,6 +78,16 @@ class NullTracker:
 
     def set_tags(self, tags: Mapping[str, object]) -> None:
         pass
+
+    def log_datasets(self, datasets: list) -> None:
+        pass
+
+    def log_model(self, name: str, path: str, metrics: Mapping[str, float] | None = None,
+                  params: Mapping[str, object] | None = None) -> str | None:
+        return None
+
+    def log_traces(self, traces: list) -> list[str]:
+        return []
 
 
 class MlflowTracker:
@@ -99,8 +126,9 @@ class MlflowTracker:
         return self._experiment_id
 
     @contextlib.contextmanager
-    def start_run(self, name: str, nested: bool = False) -> Iterator[str | None]:
-        parent = self._stack[-1] if (nested and self._stack) else None
+    def start_run(self, name: str, nested: bool = False, parent: str | None = None) -> Iterator[str | None]:
+        """parent: a run of another tracker (a pipeline's); nested: this tracker's open run."""
+        parent = self._stack[-1] if (nested and self._stack) else parent
         tags = {"mlflow.parentRunId": parent} if parent else {}
         run_id = self._safe("start_run", lambda: self.client.create_run(
             self.experiment_id(), run_name=name, tags=tags).info.run_id, {"name": name, "parent": parent})
@@ -146,6 +174,52 @@ class MlflowTracker:
         clean = redact_params({k: v for k, v in tags.items() if v is not None}, env_secrets())
         items = [RunTag(k, v[:MAX_PARAM_LEN]) for k, v in clean.items()]
         self._safe("tags", lambda: self.client.log_batch(self._rid(), tags=items), clean)
+
+    def log_datasets(self, datasets: list) -> None:
+        """datasets: track.datasets.DatasetRef's, each an input of the open run with its context; one
+        that cannot be listed is left out with a warning."""
+        from pipelines.track.datasets import dataset_input
+
+        inputs = []
+        for d in datasets:
+            try:
+                found = dataset_input(d)
+            except Exception as e:  # noqa: BLE001 - a dataset that cannot be listed costs its input only
+                log.warning("tracking: dataset '%s' not logged (%s)", redact(d.uri, env_secrets()),
+                            redact(str(e).splitlines()[0] if str(e) else type(e).__name__, env_secrets()))
+                continue
+            if found is not None:
+                inputs.append(found)
+        if not inputs:
+            return
+        self._safe("datasets", lambda: self.client.log_inputs(self._rid(), datasets=inputs),
+                   [d.__dict__ for d in datasets])
+
+    def log_model(self, name: str, path: str, metrics: Mapping[str, float] | None = None,
+                  params: Mapping[str, object] | None = None) -> str | None:
+        """The open run's model as an MLflow logged model (no files: registering it uploads them,
+        pipelines/models/registry.py); `metrics` (held-out scores) attached to it. Its id."""
+        from mlflow.entities import Metric
+
+        def create() -> str:
+            clean = {k: v[:MAX_PARAM_LEN] for k, v in redact_params(params or {}, env_secrets()).items()}
+            lm = self.client.create_logged_model(self.experiment_id(), name=name, source_run_id=self._rid(),
+                                                 params=clean, tags={"path": redact(path, env_secrets())})
+            now = int(time.time() * 1000)
+            points = [Metric(k, float(v), now, 0, model_id=lm.model_id) for k, v in (metrics or {}).items()]
+            if points:
+                self.client.log_batch(self._rid(), metrics=points)
+            self.client.finalize_logged_model(lm.model_id, "READY")
+            return lm.model_id
+        return self._safe("model", create, {"name": name, "path": path, "metrics": dict(metrics or {})})
+
+    def log_traces(self, traces: list) -> list[str]:
+        """track.traces.TraceSpec's as MLflow traces linked to the open run; their ids."""
+        from pipelines.track.traces import write_traces
+
+        ids = self._safe("traces", lambda: write_traces(self.uri, self.experiment_id(), self._rid(), traces),
+                         {"traces": [t.name for t in traces]})
+        return ids or []
 
     def _rid(self) -> str:
         if not self._stack:
@@ -221,17 +295,100 @@ def git_commit(repo: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def config_source(argv: list[str] | None = None) -> str:
+    """The --config the command line named (a preset or a YAML file), else `default`."""
+    argv = sys.argv[1:] if argv is None else argv
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return "default"
+
+
 def run_tags(cfg: Any, **extra: object) -> dict[str, object]:
-    """Tags every command run carries: git commit, model, plus dataset URIs and the like."""
-    tags = {"git_commit": git_commit(), "model": cfg.model.path, "mlflow.source.git.commit": git_commit()}
+    """Tags every command run carries: git commit, config file, model, plus dataset URIs and the like."""
+    commit = git_commit()
+    tags = {"git_commit": commit, "mlflow.source.git.commit": commit, "config": config_source(),
+            "model": cfg.model.path}
     return {**tags, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def short_model(ref: str) -> str:
+    """A model reference's short name: `models:/NAME/V` or `models:/NAME@ALIAS` -> NAME, a store
+    name, HF id, folder or URI -> its last part."""
+    if ref.startswith("models:/"):
+        return ref.removeprefix("models:/").split("/")[0].split("@")[0]
+    return ref.rstrip("/").rsplit("/", 1)[-1]
+
+
+def run_name(command: str, cfg: Any, label: str | None = None) -> str:
+    """The run's name: the pipeline stage it is (a stage run), else `command label` (default
+    label: the model's short name)."""
+    return _STAGE.get() or f"{command} {label or short_model(cfg.model.path)}"
+
+
+def config_label() -> str | None:
+    """The --config's short name (`rl-smollm2` of a preset or of rl-smollm2.yaml); None without one."""
+    source = config_source()
+    return None if source == "default" else Path(source).name.removesuffix(".yaml").removesuffix(".yml")
+
+
+def train_label(cfg: Any, sft: bool) -> str:
+    """A training run's label: the config's name (`rl-smollm2`), else the kind and the model (`sft-smollm2`)."""
+    return config_label() or f"{'sft' if sft else 'rl'}-{short_model(cfg.model.path)}"
+
+
+def parent_tags() -> dict[str, str]:
+    """Inside a pipeline's stage: the tags that make a run opened elsewhere (a Serve deployment's)
+    that stage's child run; else none."""
+    parent, staged = _PARENT.get(), _STAGE.get()
+    return {"mlflow.parentRunId": parent, "stage": staged} if parent and staged else {}
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Command runs opened inside are the pipeline's child named `name`."""
+    token = _STAGE.set(name)
+    try:
+        yield
+    finally:
+        _STAGE.reset(token)
 
 
 @contextlib.contextmanager
 def command_run(tracker: Tracker, cfg: Any, name: str, tags: Mapping[str, object] | None = None,
-                params: Mapping[str, object] | None = None) -> Iterator[str | None]:
-    """One parent run per command: the full resolved config as params (redacted), tags set."""
-    with tracker.start_run(name) as run_id:
+                params: Mapping[str, object] | None = None, label: str | None = None) -> Iterator[str | None]:
+    """One run per command (the pipeline's child inside a stage): the full resolved config as
+    params (redacted), tags set; named as run_name says."""
+    staged = _STAGE.get()
+    with tracker.start_run(run_name(name, cfg, label), parent=_PARENT.get() if staged else None) as run_id:
         tracker.log_params({**flatten(cfg.model_dump(mode="json")), **(params or {})})
-        tracker.set_tags({"command": name, **run_tags(cfg), **(tags or {})})
+        tracker.set_tags({"command": name, **({"stage": staged} if staged else {}), **run_tags(cfg),
+                          **(tags or {})})
         yield run_id
+
+
+@contextlib.contextmanager
+def pipeline_run(tracker: Tracker, cfg: Any, name: str, tags: Mapping[str, object] | None = None
+                 ) -> Iterator[str | None]:
+    """The parent run of a pipeline invocation (named `name`): the stages inside nest under it."""
+    token = _STAGE.set(None)
+    try:
+        with tracker.start_run(name) as run_id:
+            tracker.log_params(flatten(cfg.model_dump(mode="json")))
+            tracker.set_tags({"command": name, "pipeline": name, **run_tags(cfg), **(tags or {})})
+            with nested_under(run_id if isinstance(tracker, MlflowTracker) else None):
+                yield run_id
+    finally:
+        _STAGE.reset(token)
+
+
+@contextlib.contextmanager
+def nested_under(run_id: str | None) -> Iterator[None]:
+    """Stages opened inside are `run_id`'s children (a pipeline's run, a continuous-training round's)."""
+    token = _PARENT.set(run_id)
+    try:
+        yield
+    finally:
+        _PARENT.reset(token)

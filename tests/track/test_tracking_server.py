@@ -106,6 +106,34 @@ def test_eval_logs_metrics_table_plot_traces(tiny_model_dir, needle_dataset, tmp
     trace = (local / "traces" / "niah_test_2K_0.md").read_text()
     assert "## memory after chunk 4" in trace and "question: What is the special magic number" in trace
     assert json.loads((local / "summary.json").read_text())["metrics"] == out["metrics"]
+    assert run.info.run_name == f"eval {tiny_model_dir.name}" and run.data.tags["config"] == "default"
+    (held_out,) = run.inputs.dataset_inputs  # the rows it read, listed, not read whole
+    assert {t.key: t.value for t in held_out.tags}["mlflow.data.context"] == "held-out"
+    assert json.loads(held_out.dataset.profile)["num_rows"] == 6 and len(held_out.dataset.digest) == 12
+    assert json.loads(held_out.dataset.source)["uri"] == needle_dataset
+
+
+def test_eval_memory_traces_are_mlflow_traces(tracking_env, tiny_model_dir):
+    """eval.traces=1 over two memory-agent cells: two traces (test above's run), one span per turn
+    under each question, their memories the cells' records'."""
+    from pipelines.eval.results import read_cell
+
+    client = MlflowClient(tracking_env)
+    run = latest_run(client, "eval")
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    assert len(traces) == 2
+    for trace in traces:
+        tags = trace.info.tags
+        cell = f"s3://memagent-test/eval/ladder/cells/niah_test/{tags['length']}/memagent.parquet"
+        (rec,) = [r for r in read_cell(cell) if r["index"] == int(tags["index"])]
+        root = next(s for s in trace.data.spans if s.parent_id is None)
+        turns = [s for s in trace.data.spans if s.parent_id == root.span_id]
+        assert len(turns) == rec["turns"] == len(rec["steps"]) >= 2
+        assert [s.outputs["memory_after"] for s in turns[:-1]] == rec["memory"]
+        assert [s.inputs["memory_before"] for s in turns[1:-1]] == rec["memory"][:-1]
+        assert turns[-1].outputs.get("prediction") == rec["prediction"] and turns[-1].outputs["gold"] == rec["answers"]
+        assert all(s.attributes["gate"] == "updated" and s.attributes["tokens_read"] > 0 for s in turns[:-1])
+        assert root.inputs == {"question": rec["question"]}
 
 
 def test_registered_version_loads_in_ask(tiny_model_dir, tmp_path, tracking_env):
@@ -130,6 +158,31 @@ def test_registered_version_loads_in_ask(tiny_model_dir, tmp_path, tracking_env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["turns"] >= 2
     assert (tmp_path / "fresh" / "cache" / "registry" / "tiny-test" / version.version / "config.json").is_file()
+
+
+def test_a_version_leads_to_its_logged_model_its_run_and_the_runs_datasets(tiny_model_dir, needle_dataset,
+                                                                           tmp_path, tracking_env):
+    """version -> logged model -> run -> datasets: the chain a trained, registered model leaves."""
+    from pipelines.track.datasets import TRAINING, DatasetRef
+
+    cfg = load_config(None, [f"model.path={tiny_model_dir}"])
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "train") as run_id:  # what pipelines/learn/job.py logs of a run
+        tracker.log_datasets([DatasetRef(needle_dataset, TRAINING), DatasetRef(str(tmp_path / "gone"), TRAINING)])
+        model_id = tracker.log_model("sft-tiny", str(tiny_model_dir), metrics={"eval/niah_test/1K/strict": 0.5})
+    ref = register_model(tiny_model_dir, "tiny-lineage", tmp_path, cfg.track, {"heldout_strict": 0.25}, run_id=run_id)
+    client = MlflowClient(tracking_env)
+    version = client.get_model_version("tiny-lineage", ref.rsplit("/", 1)[1])
+    assert version.source == f"models:/{model_id}" and version.run_id == run_id
+    model = client.get_logged_model(model_id)
+    assert model.source_run_id == run_id and model.status == "READY"
+    assert {m.key: m.value for m in model.metrics} == {"eval/niah_test/1K/strict": 0.5, "heldout_strict": 0.25}
+    assert json.loads(model.tags["mlflow.modelVersions"]) == [{"name": "tiny-lineage", "version": version.version}]
+    (dataset,) = client.get_run(model.source_run_id).inputs.dataset_inputs  # the missing one is left out
+    assert json.loads(dataset.dataset.source)["uri"] == needle_dataset
+    assert {t.key: t.value for t in dataset.tags}["mlflow.data.context"] == TRAINING
+    assert {a.path for a in client.list_artifacts(run_id)} == set()  # the files live in the logged model
+    assert (resolve_model(ref, tmp_path / "h") / "config.json").is_file()
 
 
 def test_model_register_command(tiny_model_dir, tmp_path, tracking_env):

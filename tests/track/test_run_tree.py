@@ -1,0 +1,68 @@
+"""The run tree, names and datasets on a local sqlite store (no server): a pipeline's stages nest
+under its run with their stage names, a standalone command is a top-level `command model` run,
+a dataset's digest follows its file listing."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.config import load_config
+from pipelines.track.datasets import HELD_OUT, DatasetRef, dataset_input, describe, listing_digest
+from pipelines.track.tracker import (MlflowTracker, command_run, config_source, nested_under, parent_tags,
+                                     pipeline_run, short_model, stage, train_label)
+
+
+def test_short_names_and_config_source():
+    assert short_model("models:/memagent-quickstart/1") == "memagent-quickstart"
+    assert short_model("models:/memagent-quickstart@production") == "memagent-quickstart"
+    assert short_model("HuggingFaceTB/SmolLM2-360M-Instruct") == "SmolLM2-360M-Instruct"
+    assert short_model("smollm2") == "smollm2" and short_model("/tmp/x/tiny/") == "tiny"
+    assert config_source(["train", "--config", "rl-smollm2", "x=1"]) == "rl-smollm2"
+    assert config_source(["eval", "--config=my.yaml"]) == "my.yaml" and config_source(["eval"]) == "default"
+    assert train_label(load_config(None, ["model.path=smollm2"]), sft=True) == "sft-smollm2"
+
+
+def test_listing_digest_follows_files_not_order():
+    a = [("x.parquet", 10, 1), ("y.parquet", 20, 2)]
+    assert listing_digest(a) == listing_digest(a[::-1]) != listing_digest([("x.parquet", 11, 1), a[1]])
+
+
+def test_datasets_rows_and_schema_come_from_footers(tmp_path):
+    folder = tmp_path / "tasks" / "eval"
+    folder.mkdir(parents=True)
+    for i in range(2):
+        pq.write_table(pa.table({"question": ["q"] * 3, "n": [1, 2, 3]}), folder / f"{i}.parquet")
+    listed = describe(DatasetRef(str(folder), HELD_OUT))
+    assert (listed.name, listed.rows, listed.files) == ("tasks/eval", 6, 2)
+    assert describe(DatasetRef(str(tmp_path / "none"), HELD_OUT)) is None
+    found = dataset_input(DatasetRef(str(folder), HELD_OUT))
+    assert json.loads(found.dataset.schema)["mlflow_colspec"] == [{"name": "question", "type": "string"},
+                                                                   {"name": "n", "type": "long"}]
+    pq.write_table(pa.table({"question": ["q"], "n": [1]}), folder / "2.parquet")
+    assert dataset_input(DatasetRef(str(folder), HELD_OUT)).dataset.digest != found.dataset.digest
+
+
+def test_a_pipeline_run_holds_its_named_stages(tmp_path):
+    cfg = load_config(None, ["model.path=smollm2"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri, "memagent", (tmp_path / "art").as_uri(), tmp_path / "spool")
+    with pipeline_run(tracker, cfg, "quickstart") as parent:
+        with stage("eval-base"), command_run(MlflowTracker(uri, "memagent", None, tmp_path / "s"), cfg, "eval"):
+            assert parent_tags() == {"mlflow.parentRunId": parent, "stage": "eval-base"}
+        with command_run(tracker, cfg, "eval"):  # outside a stage: a run of its own
+            pass
+    assert parent_tags() == {}
+    with nested_under("some-run"):
+        assert parent_tags() == {}  # no stage, no child
+    with command_run(tracker, cfg, "eval", label="other"):
+        pass
+    runs = {r.info.run_name: r for r in tracker.client.search_runs([tracker.experiment_id()])}
+    assert set(runs) == {"quickstart", "eval-base", "eval smollm2", "eval other"}
+    child = runs["eval-base"].data.tags
+    assert child["mlflow.parentRunId"] == parent and child["command"] == "eval" and child["stage"] == "eval-base"
+    assert "mlflow.parentRunId" not in runs["eval smollm2"].data.tags
+    top = runs["quickstart"].data.tags
+    assert top["command"] == "quickstart" and top["model"] == "smollm2" and "config" in top
