@@ -15,6 +15,7 @@ object: held-out strict scores before, after SFT and after RL, which model was k
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +25,11 @@ from pipelines.config import Config
 from pipelines.quickstart import stages
 from pipelines.quickstart.report import summary_lines
 from pipelines.quickstart.stages import Run
+
+# Each stage's run in MLflow: a child of the quickstart's run, named here (the data stage logs
+# its datasets on the parent).
+RUN_NAMES = {"data": None, "eval_before": "eval-base", "sft": "sft", "eval_sft": "eval-sft", "rl": "rl",
+             "eval_after": "eval-rl", "register": "register", "serve": "serve"}
 
 STAGES: list[tuple[str, str, Callable[[Run], dict]]] = [
     ("data", "build train and held-out questions, ingest their documents", stages.data),
@@ -49,6 +55,7 @@ def finished(done: dict, name: str) -> bool:
 
 def main(cfg: Config, fresh: bool = False) -> dict:
     from pipelines.storage import remove_tree
+    from pipelines.track.tracker import create_tracker, pipeline_run
 
     root = cfg.home_path.absolute() / "quickstart"
     if fresh:
@@ -59,16 +66,11 @@ def main(cfg: Config, fresh: bool = False) -> dict:
     ingest = cfg.ingest.model_copy(update={"store": str(root / "store")})
     run = Run(cfg.model_copy(update={"ingest": ingest}), root, done)
     started = time.perf_counter()
+    tracker = create_tracker(run.cfg)
     try:
-        for i, (name, what, stage) in enumerate(STAGES, 1):
-            if finished(done, name):
-                print(f"[{i}/{len(STAGES)}] {name}: done earlier", file=logs.console())
-                continue
-            print(f"[{i}/{len(STAGES)}] {name}: {what} ...", file=logs.console(), flush=True)
-            t0 = time.perf_counter()
-            done[name] = {**stage(run), "seconds": round(time.perf_counter() - t0, 1)}
-            ledger.write_text(json.dumps(done, indent=1))
-            print(f"[{i}/{len(STAGES)}] {name}: done in {done[name]['seconds']:.0f} s", file=logs.console(), flush=True)
+        with pipeline_run(tracker, run.cfg, "quickstart", tags={"quickstart_root": str(root)}):
+            run.tracker = tracker
+            run_stages(run, done, ledger)
     finally:
         run.pool.close()
     minutes = round((time.perf_counter() - started) / 60, 2)
@@ -78,6 +80,26 @@ def main(cfg: Config, fresh: bool = False) -> dict:
             "sub_em": {k: done[v]["sub_em"] for k, v in evals.items()}, "n": done["eval_after"]["n"],
             "kept": reg["kept"], "rl_gain": reg["rl_gain"], "why": reg["why"], "model": reg["model"],
             "alias": reg["alias"], "minutes": minutes, "stage_seconds": {k: v["seconds"] for k, v in done.items()}}
+
+
+def run_stages(run: Run, done: dict, ledger) -> None:
+    """The stages not finished yet, in order, each a child run of the quickstart's."""
+    from pipelines.track.tracker import stage as tracked
+
+    for i, (name, what, stage) in enumerate(STAGES, 1):
+        if finished(done, name):
+            print(f"[{i}/{len(STAGES)}] {name}: done earlier", file=logs.console())
+            if name == "data":
+                stages.log_data(run)
+            continue
+        print(f"[{i}/{len(STAGES)}] {name}: {what} ...", file=logs.console(), flush=True)
+        t0 = time.perf_counter()
+        with tracked(RUN_NAMES[name]) if RUN_NAMES[name] else contextlib.nullcontext():
+            done[name] = {**stage(run), "seconds": round(time.perf_counter() - t0, 1)}
+        ledger.write_text(json.dumps(done, indent=1))
+        print(f"[{i}/{len(STAGES)}] {name}: done in {done[name]['seconds']:.0f} s", file=logs.console(), flush=True)
+        if name == "data":
+            stages.log_data(run)
 
 
 def add_arguments(p) -> None:

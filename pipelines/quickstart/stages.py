@@ -23,6 +23,7 @@ class Run:
     root: Path  # HOME/quickstart
     done: dict[str, Any]  # results of finished stages, by name
     pool: Pool = field(init=False)  # the rollout workers every evaluation and RL stage uses
+    tracker: Any = None  # the quickstart's run in MLflow (pipelines.track), the stages' parent
 
     def __post_init__(self) -> None:
         self.pool = Pool(eval_config(self, self.cfg.model.path, ""))
@@ -45,6 +46,15 @@ def data(run: Run) -> dict:
                                      seed=run.cfg.learn.seed), run.cfg)
         out[split] = {"tasks": uri, "rows": summary.rows}
     return {**out, "store": run.store}
+
+
+def log_data(run: Run) -> None:
+    """The train and held-out rows and the chunk store, datasets of the quickstart's own run."""
+    from pipelines.track.datasets import HELD_OUT, TRAINING, refs
+
+    data = run.done["data"]
+    run.tracker.log_datasets([*refs(TRAINING, data["train"]["tasks"], data["store"]),
+                              *refs(HELD_OUT, data["eval"]["tasks"])])
 
 
 def eval_config(run: Run, model: str, out: str) -> Config:
@@ -120,6 +130,7 @@ def register(run: Run) -> dict:
     from pipelines.learn.gate import verdict
     from pipelines.models import config_model_dir
     from pipelines.models.registry import alias_version, register_model
+    from pipelines.track.tracker import command_run, create_tracker
 
     cfg, q, done = run.cfg, run.cfg.quickstart, run.done
     v = verdict(row_scores(done["eval_sft"]["rows"]), row_scores(done["eval_after"]["rows"]),
@@ -134,8 +145,12 @@ def register(run: Run) -> dict:
                "heldout_sub_em": chosen["sub_em"], "heldout_n": chosen["n"], "heldout_rl_gain": v.gain,
                "heldout_rl_gain_lo": v.lo, "heldout_rl_gain_hi": v.hi}
     tags = {"train_run": done[kept]["run_id"], "base_model": cfg.model.path, "kept": kept, "why": v.why}
-    ref = register_model(config_model_dir(cfg, done[kept]["model"]), q.registry_name, cfg.home_path, cfg.track,
-                         metrics=metrics, alias=alias, tags=tags, run_id=done[kept]["run_id"])
+    tracker = create_tracker(cfg)
+    with command_run(tracker, cfg, "register", tags=tags):
+        ref = register_model(config_model_dir(cfg, done[kept]["model"]), q.registry_name, cfg.home_path, cfg.track,
+                             metrics=metrics, alias=alias, tags=tags, run_id=done[kept]["run_id"])
+        tracker.log_metrics(metrics)
+        tracker.set_tags({"registered": ref, "alias": alias})
     return {"model": ref, "alias": alias, "kept": kept, "why": v.why, "rl_gain": v.paired}
 
 

@@ -70,7 +70,7 @@ def preflight(cfg: Config, model: str | None) -> None:
 
 def build_app(cfg: Config, model: str | None = None):
     from pipelines.serve.deployments import Agent, Jobs, Tracking
-    from pipelines.track.tracker import MlflowTracker, create_tracker, run_tags
+    from pipelines.track.tracker import MlflowTracker, create_tracker, parent_tags, run_tags
     from pipelines.serve.gateway import Gateway, GatewaySettings
     from pipelines.serve.access import Access, reload_names
     from pipelines.serve.replica import ReplicaSettings
@@ -88,7 +88,8 @@ def build_app(cfg: Config, model: str | None = None):
     env = runtime.worker_env()
     light = {"num_cpus": 0.01, "runtime_env": {"env_vars": env}}
     tracker = create_tracker(cfg)  # no I/O here: the Tracking deployment talks to MLflow
-    tags = {k: str(v) for k, v in {**run_tags(cfg), "model": ref, "replicas": s.replicas}.items() if v is not None}
+    tags = {k: str(v) for k, v in {**run_tags(cfg), "model": ref, "replicas": s.replicas, **parent_tags()}.items()
+            if v is not None}
     track = (Tracking.options(ray_actor_options=light, max_ongoing_requests=1000).bind(tracker, s.app_name, tags)
              if isinstance(tracker, MlflowTracker) else None)
     agent = Agent.options(

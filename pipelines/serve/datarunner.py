@@ -182,7 +182,8 @@ def job_run(tracker, cfg: Config, state: JobState, model: str) -> Iterator[None]
     """This (re)start's MLflow run; a start of the same job left RUNNING by a killed process is
     marked KILLED first. Tracking never fails the job."""
     from pipelines.serve.tracking import job_filter, kill_stale
-    from pipelines.track.tracker import MlflowTracker, command_run
+    from pipelines.track.datasets import BATCH_INPUT, DatasetRef
+    from pipelines.track.tracker import MlflowTracker, command_run, stage
 
     if isinstance(tracker, MlflowTracker):
         try:
@@ -191,5 +192,6 @@ def job_run(tracker, cfg: Config, state: JobState, model: str) -> Iterator[None]
             log.warning("batch: could not close stale runs of job %s in MLflow (%s)", state.job_id, e)
     tags = {"runner": "data", "job_id": state.job_id, "input": state.input, "output": state.output,
             "model": model, "model_version": "0"}
-    with command_run(tracker, cfg, "batch", tags=tags):
+    with stage(f"batch-{state.job_id}"), command_run(tracker, cfg, "batch", tags=tags):
+        tracker.log_datasets([DatasetRef(state.input, BATCH_INPUT, "input")])
         yield

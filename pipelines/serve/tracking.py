@@ -57,7 +57,8 @@ class ServeTracking:
         client, exp = self.tracker.client, self.tracker.experiment_id()
         kill_stale(self.tracker, f"tags.command = 'serve' and tags.app = '{self.app}'")
         tags = {**tags, "command": "serve", "app": self.app}
-        return client.create_run(exp, run_name=f"serve-{self.app}", tags=tags).info.run_id
+        name = tags.get("stage") or f"serve-{self.app}"  # a pipeline's stage (tracker.parent_tags)
+        return client.create_run(exp, run_name=name, tags=tags).info.run_id
 
     def loaded(self, ref: str, version: int, replica: str) -> None:
         """A replica now serves `ref` with weights version `version`."""
@@ -84,7 +85,10 @@ class ServeTracking:
                     "output": output, "model": model, "model_version": str(version)}
             return self.tracker.client.create_run(self.tracker.experiment_id(), run_name=f"batch-{job_id}",
                                                   tags=tags).info.run_id
-        return self._safe(f"start the run of job {job_id}", start)
+        run_id = self._safe(f"start the run of job {job_id}", start)
+        if run_id is not None:
+            self._safe(f"log the input of job {job_id}", lambda: log_input(self.tracker.client, run_id, input_uri))
+        return run_id
 
     def job_ended(self, job_run: str | None, figures: dict[str, float], status: str) -> None:
         """status: FINISHED, FAILED or KILLED."""
@@ -107,6 +111,15 @@ class ServeTracking:
         except Exception as e:  # noqa: BLE001 - tracking must not fail serving
             log.warning("serve: could not %s in MLflow (%s)", what, e)
             return None
+
+
+def log_input(client, run_id: str, input_uri: str) -> None:
+    """The job's input rows, a `batch-input` dataset of its run (none if they cannot be listed)."""
+    from pipelines.track.datasets import BATCH_INPUT, DatasetRef, dataset_input
+
+    found = dataset_input(DatasetRef(input_uri, BATCH_INPUT, "input"))
+    if found is not None:
+        client.log_inputs(run_id, datasets=[found])
 
 
 def _metrics(values: dict[str, float]):
