@@ -144,9 +144,9 @@ def sh(cmd: list[str]) -> str:
 
 
 def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: list[str],
-          name: str | None = None) -> dict:
+          name: str | None = None, options: tuple[str, ...] = ()) -> dict:
     """Run (or resume) one training stage of the suite's preset for KIND into WORK/NAME (default
-    KIND); returns its JSON line (model, steps, minutes)."""
+    KIND), OPTIONS being `memagent train` flags (e.g. --max-minutes); returns its JSON line (model, steps, minutes)."""
     out = work / (name or kind)
     done = out / "done.json"
     if done.exists():
@@ -155,7 +155,7 @@ def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: li
     flags = ["--sft"] if kind == "sft" else []
     started = time.monotonic()
     try:
-        line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *resume,
+        line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *options, *resume,
                    "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
     finally:  # every invocation's wall time counts, interrupted ones too
         with (out / "wall.jsonl").open("a") as f:

@@ -1,0 +1,234 @@
+"""Gated memory's speed and accuracy (issue #36): the same recipe trained with the gates
+(`agent.gates=true agent.template=gated`: [KEEP] a chunk that adds nothing, [EXIT] once the memory
+answers) and without, from the same rows, then both scored on the same held-out rows at 4x and
+16x the training length by the memory agent on the same engine (learning.py's EVAL: vLLM,
+max_model_len 4096, greedy, 32 documents in flight).
+
+Built on benchmarks/learning.py: its training stages (`memagent train`, resumed from checkpoints,
+`done.json` once finished), its resumable eval cells (each cell's model.json names the weights it
+scored) and its paired strict differences. Stages: sft (both arms), rl (optional: RL of each arm
+from its own SFT weights; the gated arm pays --turn-cost per chunk read), eval. A killed run
+resumes where it stopped; commit the results folder as cells land.
+
+    .venv/bin/python benchmarks/gates.py                                   # SFT + RL, n=64, 3 tasks
+    .venv/bin/python benchmarks/gates.py --stages sft,eval --tasks niah_single --eval-tasks niah_single \\
+        --n 32 --sft-minutes 17 --train-set learn.sft_batch=8 --work .memagent/bench/gates-pilot \\
+        --results benchmarks/results/gates-pilot                          # the committed pilot
+    .venv/bin/python benchmarks/gates.py --quick                           # the plumbing, tiny sizes
+
+Figures per cell (memory agent, rows that ran):
+- documents per hour: 3600 / the mean of the records' `seconds` (each document's loop, first
+  engine call to answer, with eval.concurrency documents sharing the engine); the wall time of
+  the model's whole `memagent eval` (every length, engine start included) is kept as `eval_minutes`;
+- generated tokens per document: the eval records keep every memory turn's text (eval.traces = n)
+  but not the engine's token counts, so they are re-counted with the model's tokenizer: each
+  written memory, the keep marker for a kept turn, the exit marker, the final answer (within a
+  token or two a turn of what the engine generated: the end-of-turn token is not counted);
+- chunks read (and the document's chunks), memory updates, the share of documents that exited;
+- the strict score with its 95% interval, and gated - ungated paired over the same rows.
+
+The last line is one JSON object: {"stage": the latest trained stage scored, "docs_per_hour_ratio":
+{task: {length: gated / ungated}}, "tokens_ratio": {task: {length: ungated / gated}},
+"paired_diff": {task: {length: [mean, lo, hi, n]}} (strict, points, gated - ungated), "cells":
+{model: {task: {length: figures}}}, "by_stage": the three ratios of every stage scored, "models",
+"train_minutes"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.common import finish  # noqa: E402
+from benchmarks.learning import SUITES, Cells, evaluate, pairs, points, table_of, train  # noqa: E402
+from pipelines.agent.gates import EXIT, KEEP  # noqa: E402
+from pipelines.agent.templates import INITIAL_MEMORY  # noqa: E402
+
+ARMS = {"ungated": [], "gated": ["agent.gates=true", "agent.template=gated"]}
+MULTIPLES = (4, 16)  # of the training length (the suite's 1x), where the issue's targets are read
+# --quick: one SFT step of a few short traces, two rows at 2x: every stage's plumbing (two engine starts).
+QUICK = {"train": ["learn.task_n=8", "learn.sft_batch=4", "learn.sft.checkpoint_every=1"], "n": 2, "multiples": (2,)}
+
+
+def model_name(stage: str, arm: str) -> str:
+    return stage if arm == "ungated" else f"{stage}-gated"
+
+
+def lengths_of(one: str, multiples: tuple[int, ...]) -> list[str]:
+    """The eval lengths: MULTIPLES of the training length ONE (e.g. 1K -> 4K, 16K)."""
+    from pipelines.eval.stats import parse_length
+
+    return [f"{parse_length(one) * k // 1024}K" for k in multiples]
+
+
+def train_arms(stage: str, work: Path, tasks: str, steps: int, minutes: float | None, extra: list[str],
+               start: dict[str, str] | None = None, gated: tuple[str, ...] = ()) -> dict[str, dict]:
+    """Both arms of one training stage, from the same rows (learn.task and its seed); RL starts each arm
+    from its own SFT weights (START); GATED: the gated arm's own overrides (learn.turn_cost).
+    Returns {model name: run}."""
+    suite, options = SUITES["needles"], ("--max-minutes", str(minutes)) if minutes else ()
+    runs = {}
+    for arm, gates in ARMS.items():
+        begin = [f"model.path={start[model_name('sft', arm)]}"] if start else []
+        own = list(gated) if arm == "gated" else []
+        runs[model_name(stage, arm)] = train(stage, suite, work, tasks, steps, [*begin, *gates, *own, *extra],
+                                             model_name(stage, arm), options)
+    return runs
+
+
+def plan(stages: list[str], lengths: list[str], n: int) -> list[Cells]:
+    """One `memagent eval` per model, every length in it (one engine start: minutes on a loaded CPU
+    machine), the gated arm first; the ladder runs the shorter length first and checkpoints rows."""
+    return [Cells(model_name(s, arm), "memagent", ",".join(lengths), n) for s in stages for arm in ("gated", "ungated")]
+
+
+def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
+    """One cell through learning.evaluate, with the arm's gates and every row's memories kept (the
+    token re-count needs them); the load average before and after it is written beside."""
+    arm = "gated" if cells.model.endswith("-gated") else "ungated"
+    folder = results / cells.name
+    fresh = not (folder / "summary.json").exists()
+    before = os.getloadavg()
+    agent = [*SUITES["needles"].agent, *ARMS[arm], f"eval.traces={cells.n}"]
+    evaluate(cells, model, results, tasks, agent)
+    if fresh:
+        (folder / "load.json").write_text(json.dumps({"before": before, "after": os.getloadavg(),
+                                                      "cpus": os.cpu_count()}))
+    return folder
+
+
+def token_counter(model: str) -> Callable[[str], int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    return lambda text: len(tok.encode(text, add_special_tokens=False)) if text else 0
+
+
+def generated_tokens(rec: dict, count: Callable[[str], int]) -> int:
+    """What one document's turns generated, re-counted from its record: a written memory's tokens
+    (a turn that wrote the memory it already had is found by the record's update count), the keep
+    marker for a kept turn, the exit marker, the answer."""
+    memories, read, updates = rec["memory"], rec["chunks_read"], rec["memory_updates"]
+    previous = [INITIAL_MEMORY, *memories[:-1]]
+    changed = [i for i, (m, p) in enumerate(zip(memories, previous)) if m != p]
+    same = [i for i in range(len(memories)) if i not in changed]
+    written = sorted(changed[:updates] + same[:max(0, updates - len(changed))])
+    tokens = sum(count(memories[i]) for i in written) + (read - updates) * count(KEEP)
+    return tokens + (count(EXIT) if rec["exit_chunk"] is not None else 0) + count(rec["answer"])
+
+
+def figures(folder: Path, task: str, length: str, count: Callable[[str], int]) -> dict:
+    """One memory-agent cell's speed and gate figures (rows that ran), its strict score beside."""
+    from pipelines.eval.results import cell_uri, read_cell
+
+    recs = [r for r in read_cell(cell_uri(str(folder), task, length, "memagent")) if r["error"] is None]
+    if any(len(r["memory"]) != r["chunks_read"] for r in recs):
+        sys.exit(f"gates: {folder} kept only some rows' memories (eval.traces < n): its tokens cannot be counted")
+    n = len(recs)
+    seconds = sum(r["seconds"] for r in recs) / n
+    stamp = json.loads((folder / "model.json").read_text())
+    return {"n": n, "strict": points(table_of(folder)[task][length]["memagent"]),
+            "seconds_per_doc": round(seconds, 2), "docs_per_hour": round(3600 / seconds, 1),
+            "tokens_per_doc": round(sum(generated_tokens(r, count) for r in recs) / n, 1),
+            "chunks_read": round(sum(r["chunks_read"] for r in recs) / n, 2),
+            "chunks": round(sum(r["chunks_read"] + r["chunks_unread"] for r in recs) / n, 2),
+            "memory_updates": round(sum(r["memory_updates"] for r in recs) / n, 2),
+            "exited": round(sum(r["exit_chunk"] is not None for r in recs) / n, 3),
+            "malformed": sum(r["malformed"] for r in recs), "eval_minutes": stamp.get("minutes")}
+
+
+def compare(cells: dict, by: dict, stage: str, tasks: list[str], lengths: list[str]) -> dict:
+    """One stage's ratios (gated over ungated) and the paired strict difference, where both arms scored."""
+    ratios: dict = {"docs_per_hour_ratio": {}, "tokens_ratio": {}}
+    gated, ungated = cells.get(model_name(stage, "gated"), {}), cells.get(stage, {})
+    for task in tasks:
+        for length in lengths:
+            g, u = gated.get(task, {}).get(length), ungated.get(task, {}).get(length)
+            if g and u:
+                ratios["docs_per_hour_ratio"].setdefault(task, {})[length] = round(g["docs_per_hour"] / u["docs_per_hour"], 2)
+                ratios["tokens_ratio"].setdefault(task, {})[length] = round(u["tokens_per_doc"] / g["tokens_per_doc"], 2)
+    return {**ratios, "paired_diff": pairs(by, tasks, stage, model_name(stage, "gated"), tuple(lengths))}
+
+
+def table(cells: dict, lengths: list[str]) -> str:
+    rows = ["| model | task | length | n | strict [95%] | docs/hour | s/doc | tokens/doc | chunks read / of | "
+            "updates | exited | eval min |", "|" + "---|" * 12]
+    for model, by_task in cells.items():
+        for task, by_length in by_task.items():
+            for ln in (x for x in lengths if x in by_length):
+                f = by_length[ln]
+                m, lo, hi, _ = f["strict"]
+                rows.append(f"| {model} | {task} | {ln} | {f['n']} | {m} [{lo}, {hi}] | {f['docs_per_hour']} | "
+                            f"{f['seconds_per_doc']} | {f['tokens_per_doc']} | {f['chunks_read']} / {f['chunks']} | "
+                            f"{f['memory_updates']} | {f['exited']} | {f['eval_minutes']} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes: one SFT step, 2 rows at 2x")
+    p.add_argument("--stages", help="sft, rl, eval (default all three; --quick: sft,eval)")
+    p.add_argument("--tasks", default="niah_single,niah_multikey", help="training tasks")
+    p.add_argument("--eval-tasks", default="niah_single,niah_multikey,squad", help="held-out tasks scored")
+    p.add_argument("--n", type=int, help="rows a cell (default 64)")
+    p.add_argument("--multiples", help=f"of the training length (default {','.join(map(str, MULTIPLES))})")
+    p.add_argument("--sft-steps", type=int, help="default: the suite's (30)")
+    p.add_argument("--rl-steps", type=int, help="default: the suite's (40)")
+    p.add_argument("--sft-minutes", type=float, help="each SFT arm stops at the first step after this many minutes")
+    p.add_argument("--rl-minutes", type=float, help="the same for RL")
+    p.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an override for both arms' training (repeatable), e.g. learn.sft_batch=8")
+    p.add_argument("--turn-cost", type=float, default=0.0, help="the gated arm's learn.turn_cost in RL")
+    p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "gates"))
+    p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "gates"))
+    args = p.parse_args()
+    suite, stages = SUITES["needles"], set((args.stages or ("sft,eval" if args.quick else "sft,rl,eval")).split(","))
+    n = args.n or (QUICK["n"] if args.quick else 64)
+    multiples = tuple(int(k) for k in args.multiples.split(",")) if args.multiples else (
+        QUICK["multiples"] if args.quick else MULTIPLES)
+    lengths, small = lengths_of(suite.lengths[0], multiples), [*(QUICK["train"] if args.quick else []), *args.train_set]
+    work, results = Path(args.work), Path(args.results)
+    work.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict] = {}
+    if "sft" in stages or all((work / model_name("sft", a) / "done.json").exists() for a in ARMS):
+        runs |= train_arms("sft", work, args.tasks, args.sft_steps or (1 if args.quick else suite.steps[0]),
+                           args.sft_minutes, small)
+    if "rl" in stages or all((work / model_name("rl", a) / "done.json").exists() for a in ARMS):
+        runs |= train_arms("rl", work, args.tasks, args.rl_steps or (1 if args.quick else suite.steps[1]), args.rl_minutes,
+                           small, {k: r["model"] for k, r in runs.items()}, (f"learn.turn_cost={args.turn_cost}",))
+    models = {k: r["model"] for k, r in runs.items()}
+    trained = [s for s in ("sft", "rl") if s in models]
+    done: dict = {}
+    for c in plan(trained, lengths, n):
+        if "eval" in stages:
+            done[c] = score_cells(c, models[c.model], results, args.eval_tasks)
+        elif (results / c.name / "summary.json").exists():
+            done[c] = results / c.name
+    count = token_counter(next(iter(models.values()))) if done else None
+    cells: dict = {}
+    for c, folder in done.items():
+        for task, by_length in table_of(folder).items():
+            for length in by_length:
+                cells.setdefault(c.model, {}).setdefault(task, {})[length] = figures(folder, task, length, count)
+    by = {(c.model, c.method, length): f for c, f in done.items() for length in c.length.split(",")}
+    tasks = args.eval_tasks.split(",")
+    by_stage = {s: compare(cells, by, s, tasks, lengths) for s in trained}
+    summary = {"stage": trained[-1] if trained else None, **(by_stage[trained[-1]] if trained else {}), "cells": cells,
+               "by_stage": by_stage, "models": models, "train_minutes": {k: r.get("minutes") for k, r in runs.items()},
+               "train_steps": {k: r.get("steps") for k, r in runs.items()},
+               "load": {c.model: json.loads((f / "load.json").read_text()) for c, f in done.items() if (f / "load.json").exists()}}
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "summary.json").write_text(json.dumps(summary, indent=1))
+    (results / "table.md").write_text(table(cells, lengths))
+    finish(summary)
+
+
+if __name__ == "__main__":
+    main()
