@@ -3,7 +3,7 @@ the tests shrink them)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -13,6 +13,9 @@ from pipelines.typed import Strict
 
 class QuickstartConfig(Strict):
     task: str = "niah_single"
+    # Needles in Paul Graham's essays (real text whose sentences look like the needle's neighbours),
+    # or RULER's repeated noise sentences (the easy case).
+    haystack: Literal["essay", "noise"] = "essay"
     train_lengths: str = "512,768,1024"  # training documents: 2-4 chunks at agent.chunk_size 256
     train_n: int = Field(64, gt=0)  # train rows per length
     heldout_length: str = "1K"

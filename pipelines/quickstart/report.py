@@ -43,5 +43,7 @@ def summary_lines(cfg: Config, done: dict, out: dict) -> list[str]:
     lines += ["", f"registered: {out['model']} (@{out['alias']}); batch job results: {done['serve']['output']}",
               f"chunk store: {done['data']['store']}; stage results: {root}",
               f"MLflow: {uri}; open the UI with: .venv/bin/mlflow ui --backend-store-uri {uri}",
+              f"ask it yourself (it runs with the agent settings it was trained with): .venv/bin/memagent ask "
+              f"--doc YOUR.txt --question \"...\" --show-memory model.path={out['model']}",
               f"{out['minutes']:.1f} min this run"]
     return lines

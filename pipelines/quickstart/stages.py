@@ -43,7 +43,7 @@ def data(run: Run) -> dict:
     for split, lengths, n in (("train", q.train_lengths, q.train_n), ("eval", q.heldout_length, q.heldout_n)):
         uri = str(run.root / "tasks" / split)
         summary = build(BuildRequest(task=q.task, lengths=lengths, n=n, out=uri, store=run.store, split=split,
-                                     seed=run.cfg.learn.seed), run.cfg)
+                                     seed=run.cfg.learn.seed, haystack=q.haystack), run.cfg)
         out[split] = {"tasks": uri, "rows": summary.rows}
     return {**out, "store": run.store}
 
