@@ -149,12 +149,15 @@ def logged_model(client, experiment_id: str, run_id: str, name: str) -> str:
 
 def link_version(client, model_id: str, name: str, version: str) -> None:
     """The logged model lists its registered versions (tag mlflow.modelVersions, as mlflow.register_model
-    writes it): the UI links the model to them."""
+    writes it; a server's registry adds it itself, a local store does not): the UI links the model to them."""
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 
     known = client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS)
-    value = (json.loads(known) if known else []) + [{"name": name, "version": version}]
-    client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(value)})
+    listed = json.loads(known) if known else []
+    if any(v.get("name") == name and str(v.get("version")) == version for v in listed):
+        return  # a tracking server's registry lists it itself
+    listed.append({"name": name, "version": version})
+    client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(listed)})
 
 
 def _ensure_registered(client, name: str) -> None:

@@ -177,7 +177,8 @@ def test_a_version_leads_to_its_logged_model_its_run_and_the_runs_datasets(tiny_
     model = client.get_logged_model(model_id)
     assert model.source_run_id == run_id and model.status == "READY"
     assert {m.key: m.value for m in model.metrics} == {"eval/niah_test/1K/strict": 0.5, "heldout_strict": 0.25}
-    assert json.loads(model.tags["mlflow.modelVersions"]) == [{"name": "tiny-lineage", "version": version.version}]
+    listed = json.loads(model.tags["mlflow.modelVersions"])
+    assert [(v["name"], str(v["version"])) for v in listed] == [("tiny-lineage", version.version)]
     (dataset,) = client.get_run(model.source_run_id).inputs.dataset_inputs  # the missing one is left out
     assert json.loads(dataset.dataset.source)["uri"] == needle_dataset
     assert {t.key: t.value for t in dataset.tags}["mlflow.data.context"] == TRAINING
