@@ -51,6 +51,11 @@ class ServeConfig(Strict):
     shard_rows: int = Field(64, ge=1)
     shards_in_flight: int = Field(2, ge=1)
     row_attempts: int = Field(8, ge=1)
+    # MLflow traces of served answers (requests and batch rows): the fraction traced (0: none,
+    # 1: all), each a span per turn with its memory (serve/tracking.py); the document's own text
+    # only with trace_documents (a request's inline document; a doc_id or uri is always named).
+    trace_sample: float = Field(0.0, ge=0.0, le=1.0)
+    trace_documents: bool = False
 
     @field_validator("allowed_paths")
     @classmethod

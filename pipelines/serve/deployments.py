@@ -35,6 +35,9 @@ class Tracking:
     def job_ended(self, job_run: str | None, figures: dict[str, float], status: str) -> None:
         self.core.job_ended(job_run, figures, status)
 
+    def trace(self, record: dict) -> None:
+        self.core.trace(record)
+
     def __del__(self):
         self.core.close()
 
@@ -53,6 +56,12 @@ class Agent:
                 task.add_done_callback(self._records.discard)
             self.core.on_load = on_load
             on_load(self.core.model, self.core.engine.version)
+            if settings.serve.trace_sample > 0:
+                def on_trace(record: dict) -> None:
+                    task = asyncio.ensure_future(tracking.trace.remote(record))
+                    self._records.add(task)
+                    task.add_done_callback(self._records.discard)
+                self.core.on_trace = on_trace
 
     async def answer(self, req: dict) -> Reply:
         return await self.core.answer(req)

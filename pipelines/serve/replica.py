@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -57,6 +58,7 @@ class AgentCore:
         self._checked = float("-inf")  # the first request re-reads the state: a reload may have come since create()
         self._reload_lock = asyncio.Lock()
         self.on_load: Callable[[str, int], None] = lambda model, version: None  # after each reload
+        self.on_trace: Callable[[dict], None] | None = None  # a sampled answer's trace record (serve.trace_sample)
 
     @classmethod
     def create(cls, settings: ReplicaSettings) -> "AgentCore":
@@ -82,8 +84,10 @@ class AgentCore:
         reading = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
         return make_loop(question, reading, self.codec, self.settings.agent), reading
 
-    async def _drive(self, loop: Loop, on_turn: Callable[[AgentResult], None] | None = None) -> dict:
-        """One document's loop on the engine; cancelled, it stops before its next turn."""
+    async def _drive(self, loop: Loop, on_turn: Callable[[AgentResult], None] | None = None,
+                     doc: dict | None = None) -> dict:
+        """One document's loop on the engine; cancelled, it stops before its next turn. A sampled
+        answer's trace record goes to on_trace (doc: the request, for its document's name)."""
         def turned(progress: AgentResult) -> None:
             self.turns += 1
             if on_turn is not None:
@@ -93,6 +97,9 @@ class AgentCore:
         try:
             start = time.perf_counter()
             result = await run_loop(self.engine, loop, agent_sampling(self.settings.agent), turned)
+            if self.on_trace is not None and random.random() < self.settings.serve.trace_sample:
+                self.on_trace(trace_record(result, doc or {}, self.model, self.engine.version,
+                                           self.settings.serve.trace_documents))
             return {"answer": result.answer, "prediction": result.prediction, "turns": result.n_turns,
                     "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
                     "model_version": self.engine.version, **gate_fields(result), "memory": result.memory}
@@ -101,7 +108,7 @@ class AgentCore:
 
     async def _run(self, question: str, doc: dict) -> dict:
         await self.sync_version()
-        return await self._drive(self._open(question, doc)[0])
+        return await self._drive(self._open(question, doc)[0], doc=doc)
 
     async def answer(self, req: dict) -> Reply:
         """/v1/answer: the body was validated by the gateway."""
@@ -132,7 +139,7 @@ class AgentCore:
             if not progress.turns[-1].is_final:
                 events.put_nowait(turn_event(progress, reading, time.perf_counter() - start))
 
-        task = asyncio.ensure_future(self._drive(loop, on_turn))
+        task = asyncio.ensure_future(self._drive(loop, on_turn, req))
         task.add_done_callback(lambda _: events.put_nowait(None))
         try:
             while (event := await events.get()) is not None:
@@ -220,6 +227,19 @@ def _model_dir(settings: ReplicaSettings, model: str) -> Path:
 
 
 GATE_FIELDS = ("chunks_read", "memory_updates", "exit_chunk")
+
+
+def trace_record(result: AgentResult, doc: dict, model: str, version: int, documents: bool) -> dict:
+    """What the app's Tracking deployment turns into an MLflow trace (pipelines/track/traces.py):
+    the question, the memory after each chunk turn, each turn's counts, the answer; the document
+    by its name (doc_id, uri), its text only when `documents`."""
+    steps = [{"prompt_tokens": len(t.prompt_ids), "generated": len(t.response_ids), "seconds": float(t.seconds),
+              "gate": t.gate, "final": t.is_final} for t in result.turns]
+    named = {k: doc[k] for k in ("doc_id", "uri") if doc.get(k)}
+    text = {"document": doc.get("document") or doc.get("context")} if documents else {}
+    return {"question": result.question, "memory": list(result.memory), "steps": steps, "answer": result.answer,
+            "prediction": result.prediction, "doc_tokens": result.doc_tokens, "model": model, "version": version,
+            "document": {**named, **{k: v for k, v in text.items() if v}}}
 
 
 def gate_fields(result: AgentResult) -> dict:

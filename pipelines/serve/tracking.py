@@ -12,7 +12,9 @@ resumed job is a new run, and a start left RUNNING by a killed app is marked KIL
 MLflow's client never runs inside an agent replica or the job manager (its imports and a
 sqlite lock would stall their event loops): this class lives in the app's own `Tracking`
 deployment (deployments.py), which opens the deployment run when it starts and ends it when
-the app shuts down. Tracking never fails serving: an MLflow error is logged and dropped.
+the app shuts down; answers sampled at serve.trace_sample reach it as plain records and become
+MLflow traces of the deployment run (no document text unless serve.trace_documents). Tracking
+never fails serving: an MLflow error is logged and dropped.
 """
 
 from __future__ import annotations
@@ -99,6 +101,22 @@ class ServeTracking:
             self.tracker.client.log_batch(job_run, metrics=_metrics(figures))
             self.tracker.client.set_terminated(job_run, status)
         self._safe(f"end run {job_run}", end)
+
+    def trace(self, record: dict) -> None:
+        """A sampled answer (replica.trace_record) as an MLflow trace of the deployment run."""
+        if self.run_id is None:
+            return
+        from pipelines.track.traces import TraceSpec, turn_spans, write_traces
+
+        spans = turn_spans(record["memory"], record["steps"], record["prediction"], record["answer"])
+        tags = {"source": "serve", "app": self.app, "model": record["model"], "model_version": str(record["version"]),
+                **{f"document.{k}": str(v) for k, v in record["document"].items() if k != "document"}}
+        inputs = {"question": record["question"], **({"document": record["document"]["document"]}
+                                                     if "document" in record["document"] else {})}
+        spec = TraceSpec(f"serve {self.app}", inputs, {"prediction": record["prediction"], "answer": record["answer"],
+                                                       "doc_tokens": record["doc_tokens"]}, spans, tags)
+        self._safe("record a trace", lambda: write_traces(self.tracker.uri, self.tracker.experiment_id(),
+                                                          self.run_id, [spec]))
 
     def close(self) -> None:
         if self.run_id is not None:

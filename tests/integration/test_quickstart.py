@@ -26,7 +26,8 @@ SMALL = ["engine.kind=hf", "engine.dtype=float32", "learn.freeze_layers=0", "lea
          "quickstart.train_n=4", "quickstart.heldout_n=3", "quickstart.batch_n=2", "quickstart.sft.steps=2",
          "quickstart.sft.sft_batch=4", "quickstart.sft.checkpoint_every=1", "quickstart.rl.steps=1",
          "rollout.group_size=2", "rollout.batch_groups=1", "rollout.loops_per_worker=8", "eval.concurrency=8",
-         "rollout.drop_equal_rewards=false"]  # a random model scores 0 everywhere: keep its groups
+         "rollout.drop_equal_rewards=false",  # a random model scores 0 everywhere: keep its groups
+         "serve.trace_sample=1"]  # every batch row answered through Serve is an MLflow trace
 
 
 def quickstart(home: Path, model: Path, stop_after: str | None = None) -> tuple[int, str, str]:
@@ -100,6 +101,54 @@ def test_mlflow_holds_the_runs_and_the_registered_version(runs):
     tags = client.get_run(mv.run_id).data.tags  # the version's lineage: the SFT run that made the kept model
     assert tags["command"] == "train" and tags["quickstart"] == "sft" and tags["kept"] == "sft"
     assert float(mv.tags["heldout_rl_gain_lo"]) <= 0.02
+
+
+def test_mlflow_shows_one_run_tree_per_invocation_with_datasets_lineage_and_traces(runs):
+    """Each invocation is a `quickstart` run, its stages named children; the data they read are
+    datasets with digests; the version leads to the SFT run's logged model; the evaluations'
+    sampled questions and the batch rows served are traces, with no document text."""
+    from mlflow import MlflowClient
+
+    home = runs[0]
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    exp = client.get_experiment_by_name("memagent").experiment_id
+    every = client.search_runs([exp], order_by=["attributes.start_time ASC"])
+    first, second = [r for r in every if "mlflow.parentRunId" not in r.data.tags]  # the stopped run, the resumed one
+    assert first.info.run_name == second.info.run_name == "quickstart" and first.info.status == "KILLED"
+
+    def children(run):
+        return {r.info.run_name: r for r in every if r.data.tags.get("mlflow.parentRunId") == run.info.run_id}
+
+    assert set(children(first)) == {"eval-base", "sft"}
+    kids = children(second)
+    assert set(kids) == {"eval-sft", "rl", "eval-rl", "register", "serve"}
+    (job,) = children(kids["serve"]).values()
+    assert job.info.run_name.startswith("batch-") and kids["register"].data.tags["registered"].endswith("/1")
+    assert second.data.tags["command"] == "quickstart" and len(second.data.tags["git_commit"]) == 40
+
+    def inputs(run):
+        return {(i.dataset.name, {t.key: t.value for t in i.tags}["mlflow.data.context"]): i.dataset
+                for i in run.inputs.dataset_inputs}
+
+    data = inputs(second)
+    assert set(data) == {("tasks/train", "training"), ("quickstart/store", "training"), ("tasks/eval", "held-out")}
+    assert json.loads(data[("tasks/train", "training")].profile)["num_rows"] == 12
+    assert ("tasks/eval", "held-out") in inputs(kids["eval-rl"]) and ("tasks/train", "training") in inputs(kids["rl"])
+    assert {c for _, c in inputs(job)} == {"batch-input"}
+    sft = children(first)["sft"]
+    mv = client.get_model_version("memagent-quickstart", "1")  # version -> logged model -> run
+    model = client.get_logged_model(mv.source.removeprefix("models:/"))
+    assert model.source_run_id == sft.info.run_id == mv.run_id
+    assert float(mv.tags["agent.chunk_size"]) > 0 and any(m.key == "heldout_strict" for m in model.metrics)
+
+    evals = client.search_traces(locations=[exp], run_id=kids["eval-rl"].info.run_id)
+    assert len(evals) == 2 and all(len(t.data.spans) >= 3 for t in evals)  # eval.traces=2 of 3 questions
+    served = client.search_traces(locations=[exp], run_id=kids["serve"].info.run_id)
+    assert len(served) == 2 and {t.info.tags["source"] for t in served} == {"serve"}
+    store = pq.read_table(home / "quickstart" / "store" / "chunks", columns=["text"]).column("text").to_pylist()
+    text = " ".join(t.to_json() for t in served)
+    assert "document.doc_id" in text and not any(chunk[:200] in text for chunk in store if len(chunk) > 50)
 
 
 # What a library writes when it reaches the terminal: Ray's forwarded worker and raylet lines ("(raylet)",

@@ -66,3 +66,24 @@ def test_a_pipeline_run_holds_its_named_stages(tmp_path):
     assert "mlflow.parentRunId" not in runs["eval smollm2"].data.tags
     top = runs["quickstart"].data.tags
     assert top["command"] == "quickstart" and top["model"] == "smollm2" and "config" in top
+
+
+def test_a_served_answers_trace_names_its_document_and_holds_its_text_only_when_asked():
+    from pipelines.agent.turns import AgentResult, TurnRecord
+    from pipelines.serve.replica import trace_record
+    from pipelines.track.traces import turn_spans
+
+    def turn(final: bool, gate: str) -> TurnRecord:
+        return TurnRecord([1] * 40, [2] * 5, None, "stop", final, 8, 0, 0, 0.5, gate)
+
+    result = AgentResult("Which code?", "\\boxed{7}", "7", 300, ["m1", "m2"],
+                         [turn(False, "updated"), turn(False, "kept"), turn(True, "final")])
+    doc = {"document": "SECRET DOCUMENT TEXT", "doc_id": None}
+    record = trace_record(result, doc, "smollm2", 3, documents=False)
+    assert "SECRET DOCUMENT TEXT" not in json.dumps(record) and record["document"] == {}
+    assert trace_record(result, doc, "smollm2", 3, documents=True)["document"] == {"document": "SECRET DOCUMENT TEXT"}
+    spans = turn_spans(record["memory"], record["steps"], record["prediction"], record["answer"])
+    assert [s.name for s in spans] == ["chunk 1", "chunk 2", "final answer"]
+    assert [(s.inputs["memory_before"], s.outputs["memory_after"], s.attributes["gate"]) for s in spans[:2]] == [
+        ("", "m1", "updated"), ("m1", "m2", "kept")]
+    assert spans[0].attributes["tokens_read"] == 40 and spans[-1].outputs["prediction"] == "7"
