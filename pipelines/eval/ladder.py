@@ -25,7 +25,7 @@ from pipelines import logs
 from pipelines.config import Config, validate
 from pipelines.errors import UserError
 from pipelines.eval.records import gate_metrics
-from pipelines.eval.report import flat_metrics, format_table, plot, table_csv, trace_markdown
+from pipelines.eval.report import flat_metrics, format_table, length_series, plot, table_csv, trace_markdown
 from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
                                     read_cell, read_parts, summarize, write_cell, write_part)
 from pipelines.eval.stats import parse_length
@@ -200,6 +200,8 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
             tracker.log_artifact(path, "eval/traces")
     tracker.log_traces(eval_traces(cells, e.traces))
     tracker.log_metrics(metrics)
+    for tokens, series in sorted(length_series(summary).items()):  # accuracy against length, drawn by MLflow
+        tracker.log_metrics(series, step=tokens)
     return {"out": out, "table": table, "summary": nested, "metrics": metrics}
 
 

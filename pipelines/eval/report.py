@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipelines.agent.reward import SCORE_LABELS, beside
 from pipelines.eval.stats import parse_length
-from pipelines.track.metrics import EVAL_SCORES, eval_metric
+from pipelines.track.metrics import EVAL_SCORES, eval_length_metric, eval_metric
 
 Summary = dict[tuple[str, str, str], dict]  # (task, length, method) -> summarize()
 LABELS = {"memagent": "MemAgent (memory loop)", "truncation": "no memory (truncated)",
@@ -69,6 +69,18 @@ def flat_metrics(summary: Summary) -> dict[str, float]:
         for score in EVAL_SCORES:
             if cell[score] == cell[score]:  # NaN: cells written before this score existed
                 out[eval_metric(task, length, score, method)] = cell[score]
+    return out
+
+
+def length_series(summary: Summary) -> dict[int, dict[str, float]]:
+    """{length in tokens: {eval/{task}/by_length/...: score}}: each logged at its length as step."""
+    out: dict[int, dict[str, float]] = {}
+    for (task, length, method), cell in summary.items():
+        if cell["na"]:
+            continue
+        for score in EVAL_SCORES:
+            if cell[score] == cell[score]:
+                out.setdefault(parse_length(length), {})[eval_length_metric(task, score, method)] = cell[score]
     return out
 
 

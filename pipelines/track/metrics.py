@@ -82,6 +82,14 @@ def eval_metric(task: str, length: str, score: str, method: str = EVAL_METHOD_MA
     return f"eval/{task}/{length}/{method}/{score}"
 
 
+def eval_length_metric(task: str, score: str, method: str = EVAL_METHOD_MAIN) -> str:
+    """The ladder as one series per task and score, its step the length in tokens (MLflow draws
+    accuracy against length): eval/{task}/by_length/{score}, .../by_length/{method}/{score}."""
+    if method == EVAL_METHOD_MAIN:
+        return f"eval/{task}/by_length/{score}"
+    return f"eval/{task}/by_length/{method}/{score}"
+
+
 def gate_metric(name: str, task: str, length: str) -> str:
     """An eval cell's gate metric: gate/{task}/{length}/{update_rate,exit_fraction,malformed}."""
     return f"gate/{task}/{length}/{name.removeprefix('gate/')}"

@@ -19,6 +19,8 @@ def test_reserved_training_names_from_the_issue():
 def test_eval_metric_names():
     assert M.eval_metric("hotpotqa", "8K", "sub_em") == "eval/hotpotqa/8K/sub_em"
     assert M.eval_metric("hotpotqa", "8K", "f1", "truncation") == "eval/hotpotqa/8K/truncation/f1"
+    assert M.eval_length_metric("hotpotqa", "strict") == "eval/hotpotqa/by_length/strict"
+    assert M.eval_length_metric("hotpotqa", "f1", "full") == "eval/hotpotqa/by_length/full/f1"
 
 
 def test_rollout_metrics_use_only_declared_names():
