@@ -5,8 +5,9 @@ per turn, in order: a chunk turn (chunk index, prompt tokens read, memory before
 the gate's decision, tokens generated, seconds) and the final answer turn. Spans are laid out
 on the clock by their recorded seconds, ending now. Every text is redacted first.
 
-MLflow exports traces through its global tracer, to the global tracking URI, asynchronously:
-`write_traces` points it at the tracker's URI and flushes before it returns.
+MLflow exports traces through its global tracer, to the global tracking URI (asynchronously
+unless MLFLOW_ENABLE_ASYNC_TRACE_LOGGING is false, as tracking sets it): `write_traces` points it
+at the tracker's URI and flushes before it returns.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def write_traces(uri: str, experiment_id: str, run_id: str | None, traces: list[
     from mlflow import MlflowClient
 
     secrets, ids = env_secrets(), []
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")  # written here, no exit-time queue
     with global_uri(uri):
         client = MlflowClient(tracking_uri=uri)
         for spec in traces:
