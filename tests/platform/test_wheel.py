@@ -98,11 +98,12 @@ def test_config_check_on_each_preset_by_name(venv, workdir, preset):
 
 
 def test_data_build_then_ask(venv, workdir, smollm2_dir):
-    """A needle task's rows and documents, then one question on the real SmolLM2 (the hf engine:
-    no vLLM start-up; the answer's content is not the point, the installed path is)."""
+    """A needle task's rows and documents, then one question on the real SmolLM2. The installed
+    command is the point, not the runners (tests/ingest and tests/integration cover those), so
+    the cheap ones: ingest in-process (no Ray start-up), the hf engine (no vLLM start-up)."""
     rows = workdir / "rows.parquet"
     memagent(venv, workdir, "data", "build", "--task", "niah_single", "--lengths", "1K", "--n", "2",
-             "--out", str(rows), "--store", str(workdir / "store"))
+             "--out", str(rows), "--store", str(workdir / "store"), "ingest.runner=local")
     assert rows.is_file()
     doc = workdir / "doc.txt"
     doc.write_text("The sky is green today. " * 30 + "The secret number is 4417. " + "Clouds pass. " * 30)
