@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 
 from pipelines.config import Config, load_config
+from pipelines.errors import UserError
 from pipelines.ingest.builders.common import parse_lengths
 from pipelines.plan.cost import QUESTION_TOKENS, Budgets, StepPlan, docs_per_hour, mean_rollout, plan_step
 from pipelines.plan.hardware import Accelerator, ModelShape, accelerator, model_shape
@@ -80,7 +81,6 @@ def budgets(cfg: Config, template: int) -> Budgets:
 def template_tokens(cfg: Config) -> int:
     """As `config check` counts it: with the model's tokenizer where it is on this machine."""
     from pipelines.cluster.window import window_budget
-    from pipelines.errors import UserError
 
     try:
         return window_budget(cfg).parts["template"]
@@ -110,7 +110,15 @@ def default_accelerator(cfg: Config) -> str:
     return "h100" if cfg.cluster.gpus_per_node > 0 or cfg.engine.use_gpu else "cpu"
 
 
+def check_counts(args) -> None:
+    for flag, value in (("--steps", args.steps), ("--docs", args.docs), ("--peak-tflops", args.peak_tflops),
+                        ("--mem-bw", args.mem_bw)):
+        if value is not None and (value < 0 or (value == 0 and flag in ("--peak-tflops", "--mem-bw"))):
+            raise UserError(f"{flag} {value}: must be {'positive' if flag.startswith(('--peak', '--mem')) else '0 or more'}")
+
+
 def plan(cfg: Config, args) -> dict:
+    check_counts(args)
     acc = accelerator(args.accelerator or default_accelerator(cfg), args.peak_tflops, args.mem_bw)
     m = model_shape(cfg.model.path, cfg.home_path)
     template = template_tokens(cfg)

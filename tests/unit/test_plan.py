@@ -131,3 +131,10 @@ def test_estimates_against_the_measured_rates():
     for c in comparisons():
         factor = 3 if "paper" in c["what"] else 2
         assert 1 / factor <= c["ratio"] <= factor, c
+
+
+@pytest.mark.parametrize("flag,value,says", [("steps", -1, "--steps -1: must be 0 or more"),
+                                             ("mem_bw", 0, "--mem-bw 0: must be positive")])
+def test_bad_counts_are_one_line(flag, value, says):
+    with pytest.raises(UserError, match=f"^{says}$"):
+        plan(load_config("local"), args(**{flag: value}))
