@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.track.redact import env_secrets, redact
+
+# MLflow's tracer and tracking URI are per process: one writer at a time (Serve's Tracking
+# deployment runs its calls on several threads).
+_WRITING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def write_traces(uri: str, experiment_id: str, run_id: str | None, traces: list[
 
     secrets, ids = env_secrets(), []
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")  # written here, no exit-time queue
-    with global_uri(uri):
+    with _WRITING, global_uri(uri):
         client = MlflowClient(tracking_uri=uri)
         for spec in traces:
             ids.append(_write(client, experiment_id, run_id, spec, secrets))

@@ -27,7 +27,7 @@ SMALL = ["engine.kind=hf", "engine.dtype=float32", "learn.freeze_layers=0", "lea
          "quickstart.sft.sft_batch=4", "quickstart.sft.checkpoint_every=1", "quickstart.rl.steps=1",
          "rollout.group_size=2", "rollout.batch_groups=1", "rollout.loops_per_worker=8", "eval.concurrency=8",
          "rollout.drop_equal_rewards=false",  # a random model scores 0 everywhere: keep its groups
-         "serve.trace_sample=1"]  # every batch row answered through Serve is an MLflow trace
+         "eval.traces=2", "serve.trace_sample=1"]  # MLflow traces: 2 questions an evaluation, every batch row
 
 
 def quickstart(home: Path, model: Path, stop_after: str | None = None) -> tuple[int, str, str]:
@@ -109,6 +109,8 @@ def test_mlflow_shows_one_run_tree_per_invocation_with_datasets_lineage_and_trac
     sampled questions and the batch rows served are traces, with no document text."""
     from mlflow import MlflowClient
 
+    from pipelines.eval.results import read_cell
+
     home = runs[0]
     uri = f"sqlite:///{home / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -143,7 +145,14 @@ def test_mlflow_shows_one_run_tree_per_invocation_with_datasets_lineage_and_trac
     assert float(mv.tags["agent.chunk_size"]) > 0 and any(m.key == "heldout_strict" for m in model.metrics)
 
     evals = client.search_traces(locations=[exp], run_id=kids["eval-rl"].info.run_id)
-    assert len(evals) == 2 and all(len(t.data.spans) >= 3 for t in evals)  # eval.traces=2 of 3 questions
+    cell = {r["index"]: r for r in read_cell(str(home / "quickstart" / "eval_after" / "cells" / "niah_single" / "1K"
+                                                 / "memagent.parquet"))}
+    assert sorted(int(t.info.tags["index"]) for t in evals) == [0, 1]  # eval.traces=2 of its 3 questions
+    for trace in evals:
+        rec, spans = cell[int(trace.info.tags["index"])], trace.data.spans
+        assert len(spans) == 1 + rec["turns"]  # the question, then one span per turn
+        chunks = sorted((s for s in spans if s.name.startswith("chunk ")), key=lambda s: s.attributes["chunk_index"])
+        assert [s.outputs["memory_after"] for s in chunks] == rec["memory"]
     served = client.search_traces(locations=[exp], run_id=kids["serve"].info.run_id)
     assert len(served) == 2 and {t.info.tags["source"] for t in served} == {"serve"}
     store = pq.read_table(home / "quickstart" / "store" / "chunks", columns=["text"]).column("text").to_pylist()
