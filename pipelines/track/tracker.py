@@ -34,6 +34,7 @@ from pipelines.track.redact import env_secrets, flatten, install_log_redaction, 
 log = logging.getLogger("memagent.track")
 MAX_PARAM_LEN = 6000
 _PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_parent_run", default=None)
+TRAINED_LEAVES = ("best", "final")
 _STAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_stage", default=None)
 
 
@@ -317,10 +318,13 @@ def run_tags(cfg: Any, **extra: object) -> dict[str, object]:
 
 def short_model(ref: str) -> str:
     """A model reference's short name: `models:/NAME/V` or `models:/NAME@ALIAS` -> NAME, a store
-    name, HF id, folder or URI -> its last part."""
+    name, HF id, folder or URI -> its last part (a training output's OUT/best or OUT/final: OUT's)."""
     if ref.startswith("models:/"):
         return ref.removeprefix("models:/").split("/")[0].split("@")[0]
-    return ref.rstrip("/").rsplit("/", 1)[-1]
+    parts = [p for p in ref.rstrip("/").split("/") if p]
+    while len(parts) > 1 and parts[-1] in TRAINED_LEAVES:  # a training run's OUT/best, OUT/final: OUT's name
+        parts.pop()
+    return parts[-1] if parts else ref
 
 
 def run_name(command: str, cfg: Any, label: str | None = None) -> str:

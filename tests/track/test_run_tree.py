@@ -20,6 +20,7 @@ def test_short_names_and_config_source():
     assert short_model("models:/memagent-quickstart@production") == "memagent-quickstart"
     assert short_model("HuggingFaceTB/SmolLM2-360M-Instruct") == "SmolLM2-360M-Instruct"
     assert short_model("smollm2") == "smollm2" and short_model("/tmp/x/tiny/") == "tiny"
+    assert short_model("/home/quickstart/sft/best") == "sft" and short_model("s3://b/runs/rl/final") == "rl"
     assert config_source(["train", "--config", "rl-smollm2", "x=1"]) == "rl-smollm2"
     assert config_source(["eval", "--config=my.yaml"]) == "my.yaml" and config_source(["eval"]) == "default"
     assert train_label(load_config(None, ["model.path=smollm2"]), sft=True) == "sft-smollm2"
