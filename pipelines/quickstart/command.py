@@ -107,11 +107,16 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.track.tracker import config_named
+
+    named = contextlib.nullcontext()
     if args.config is None:  # its own recipe unless told otherwise
         from pipelines.config import load_config
 
         cfg = load_config("quickstart", args.overrides)
-    out = main(cfg, args.fresh)
+        named = config_named("quickstart")
+    with named:
+        out = main(cfg, args.fresh)
     ledger = json.loads((cfg.home_path.absolute() / "quickstart" / "stages.json").read_text())
     print("\n".join(summary_lines(cfg, ledger, out)))
     print(json.dumps(out))

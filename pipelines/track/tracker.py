@@ -35,6 +35,7 @@ log = logging.getLogger("memagent.track")
 MAX_PARAM_LEN = 6000
 _PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_parent_run", default=None)
 TRAINED_LEAVES = ("best", "final")
+_CONFIG: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_config", default=None)
 _STAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_stage", default=None)
 
 
@@ -297,8 +298,21 @@ def git_commit(repo: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+@contextlib.contextmanager
+def config_named(name: str) -> Iterator[None]:
+    """Runs opened inside record `name` as their config (a command that loads its own preset)."""
+    token = _CONFIG.set(name)
+    try:
+        yield
+    finally:
+        _CONFIG.reset(token)
+
+
 def config_source(argv: list[str] | None = None) -> str:
-    """The --config the command line named (a preset or a YAML file), else `default`."""
+    """The config a command runs on: the --config the command line named (a preset or a YAML
+    file), else the one config_named gave, else `default`."""
+    if argv is None and _CONFIG.get() is not None:
+        return _CONFIG.get()
     argv = sys.argv[1:] if argv is None else argv
     for i, a in enumerate(argv):
         if a == "--config" and i + 1 < len(argv):

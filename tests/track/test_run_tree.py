@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from pipelines.config import load_config
 from pipelines.track.datasets import HELD_OUT, DatasetRef, dataset_input, describe, listing_digest
-from pipelines.track.tracker import (MlflowTracker, command_run, config_source, nested_under, parent_tags,
+from pipelines.track.tracker import (MlflowTracker, command_run, config_named, config_source, nested_under, parent_tags,
                                      pipeline_run, short_model, stage, train_label)
 
 
@@ -23,6 +23,8 @@ def test_short_names_and_config_source():
     assert short_model("/home/quickstart/sft/best") == "sft" and short_model("s3://b/runs/rl/final") == "rl"
     assert config_source(["train", "--config", "rl-smollm2", "x=1"]) == "rl-smollm2"
     assert config_source(["eval", "--config=my.yaml"]) == "my.yaml" and config_source(["eval"]) == "default"
+    with config_named("quickstart"):  # a command that loads its own preset says so
+        assert config_source() == "quickstart"
     assert train_label(load_config(None, ["model.path=smollm2"]), sft=True) == "sft-smollm2"
 
 
