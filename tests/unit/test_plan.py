@@ -99,7 +99,7 @@ def test_an_unknown_accelerator_is_one_line_naming_the_known_ones_and_the_flags(
     assert given.peak_flops == 1307e12 and given.mem_bw == 5300e9
 
 
-def test_plan_takes_the_given_figures(monkeypatch):
+def test_plan_takes_the_given_figures():
     slow = plan(load_config("cluster-qwen2.5-7b"), args(accelerator="x", peak_tflops=100, mem_bw=1000))
     fast = plan(load_config("cluster-qwen2.5-7b"), args(accelerator="h100"))
     assert slow["accelerator"]["name"] == "x" and slow["rl_step"]["step_s"] > 5 * fast["rl_step"]["step_s"]
