@@ -81,10 +81,10 @@ class Suite:
 
 
 SUITES = {
-    "needles": Suite("niah_single,niah_multikey", {"sft": "pipelines/configs/sft-smollm2.yaml", "rl": "pipelines/configs/rl-smollm2.yaml"},
+    "needles": Suite("niah_single,niah_multikey", {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"},
                      ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"], ("1K", "4K"),
                      (200, 64), (30, 40), ""),
-    "hotpotqa": Suite("hotpotqa", {"sft": "pipelines/configs/sft-smollm2-hotpotqa.yaml", "rl": "pipelines/configs/rl-smollm2-hotpotqa.yaml"},
+    "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
                       (64, 64), (20, 12), "hotpotqa"),  # RL: 11.5 min a step (most groups all-equal)
 }

@@ -36,7 +36,7 @@ from benchmarks.common import finish  # noqa: E402
 COMMON = ["rollout.workers=1", "rollout.worker_num_cpus=1", "learn.cpus_per_worker=1", "learn.threads=1",
           "learn.checkpoint_every=1000", "learn.eval_every=0", "rollout.reward=benchmarks.pipeline:varied_reward",
           "track.enabled=false", "learn.task=niah_single", "engine.cpu_cores=0", "learn.cpu_cores=[1]"]
-# The SmolLM2 RL preset's workload (pipelines/configs/rl-smollm2.yaml: 2 groups of 8 rollouts of 2-4 chunks,
+# The SmolLM2 RL preset's workload (configs/rl-smollm2.yaml: 2 groups of 8 rollouts of 2-4 chunks,
 # bf16 autocast) from the base model, sized so that G and T are within 1.5x of each other: with
 # the preset's top 10 layers and 64-token memories the learner's core took ~3x the rollout's
 # (T ~100 s, G ~33 s); with 128-token memories and the top 4 layers, T/G was 1.58 pinned (T 76.8 s,
@@ -47,7 +47,7 @@ COMMON = ["rollout.workers=1", "rollout.worker_num_cpus=1", "learn.cpus_per_work
 # leaves the rollout that slack (T/G ~1.2). Micro-batches of 4096 tokens, not the preset's 1024:
 # a quarter of the passes over the frozen weights, which the rollout's core also streams from
 # memory (2026-12-04: the learner's step overlapped 1.09x its step alone, against 1.12x at 1024).
-PRESET = "pipelines/configs/rl-smollm2.yaml"
+PRESET = "configs/rl-smollm2.yaml"
 FULL = ["learn.task_n=64", "model.path=smollm2", "agent.memory_budget=128", "learn.freeze_layers=28",
         "learn.token_budget=4096"]
 QUICK = ["agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=8", "learn.task_lengths=256",

@@ -3,7 +3,7 @@
     cfg = load_config("rl-smollm2", ["agent.chunk_size=1024"])    # a preset, by name
     cfg = load_config("site/my.yaml")                            # any file, by path
 
-The presets live in pipelines/configs/, inside the package, so an installed wheel has them.
+The presets live in configs/ (top level); pipelines/configs is a link to it, so an installed wheel has them.
 
 Each section lives with its package (agent.config, engine.config, rollout.config, ...);
 unknown keys anywhere are rejected with their dotted name.

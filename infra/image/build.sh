@@ -2,7 +2,7 @@
 # `make image` (GPU, what infra/k8s/ runs) and `make image-cpu`: build infra/image/Dockerfile.FLAVOUR
 # with the first OCI builder that works here (docker, podman, buildah), and print the tag.
 #   bash infra/image/build.sh gpu|cpu [BUILDER ARGS...]    e.g. --build-arg BASE=...
-# The context is staged: only pyproject.toml, README.md, pipelines/ and infra/ (not .venv/).
+# The context is staged: only pyproject.toml, README.md, pipelines/, configs/ and infra/ (not .venv/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FLAVOUR=${1:-gpu}
@@ -29,6 +29,6 @@ fi
 
 CONTEXT=$(mktemp -d)
 trap 'rm -rf "$CONTEXT"' EXIT
-tar --exclude=__pycache__ -cf - pyproject.toml README.md pipelines infra | tar -xf - -C "$CONTEXT"
+tar --exclude=__pycache__ -cf - pyproject.toml README.md pipelines configs infra | tar -xf - -C "$CONTEXT"
 "$BUILDER" build -f "infra/image/Dockerfile.$FLAVOUR" -t "$TAG" "$@" "$CONTEXT" >&2
 echo "$TAG"

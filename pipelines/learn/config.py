@@ -52,7 +52,7 @@ class SftConfig(Strict):
 
 class LearnConfig(Strict):
     """Defaults: the SmolLM2-135M-Instruct recipe on 2 CPU cores (RL; SFT's differences in `sft:`).
-    The paper's 7B settings (lr 1e-6, KL 0.001, every layer) are pipelines/configs/cluster-qwen2.5-7b.yaml's."""
+    The paper's 7B settings (lr 1e-6, KL 0.001, every layer) are configs/cluster-qwen2.5-7b.yaml's."""
 
     lr: float = Field(2e-5, gt=0)  # RL of the top layers of a 135M model; the paper's 7B rate is 1e-6
     warmup_steps: int = Field(4, ge=0)

@@ -1,4 +1,4 @@
-"""The `quickstart:` config section: the sizes of each stage (pipelines/configs/quickstart.yaml sets them,
+"""The `quickstart:` config section: the sizes of each stage (configs/quickstart.yaml sets them,
 the tests shrink them)."""
 
 from __future__ import annotations

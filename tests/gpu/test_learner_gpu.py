@@ -51,7 +51,7 @@ def model_dir(tmp_path_factory):
 def learn_config(**overrides):
     from pipelines.learn.config import LearnConfig
 
-    # The cluster preset's learner (pipelines/configs/cluster-qwen2.5-7b.yaml) at a learning rate that shows in one step.
+    # The cluster preset's learner (configs/cluster-qwen2.5-7b.yaml) at a learning rate that shows in one step.
     base = dict(lr=1e-4, kl_coef=0.001, dtype="float32", autocast=True, token_budget=8192, grad_clip=1.0,
                 freeze_layers=0, warmup_steps=0)
     return LearnConfig(**{**base, **overrides})
