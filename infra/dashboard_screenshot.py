@@ -2,8 +2,8 @@
 
     .venv/bin/python infra/dashboard_screenshot.py --home .memagent --out docs/dashboard.png [--page traces]
 
-After `make quickstart`: starts an MLflow server on the home's sqlite store (HOME/mlflow.db,
-artifacts HOME/mlartifacts) on a free port, opens the `memagent` experiment's runs page (or its
+After `make quickstart`: starts an MLflow server on a copy of the home's sqlite store
+(HOME/mlflow.db; artifacts HOME/mlartifacts) on a free port, opens the `memagent` experiment's runs page (or its
 traces page) in Debian's `chromium --headless=new`, saves the PNG, stops the server. Needs the
 `chromium` package (apt-get install chromium); without it, one line says so.
 """
@@ -49,9 +49,18 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise SystemExit(f"dashboard_screenshot: MLflow server not ready after {timeout:.0f} s")
 
 
-def experiment_id(url: str, name: str) -> str:
-    with urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}") as r:
-        return json.loads(r.read())["experiment"]["experiment_id"]
+def experiment_id(url: str, name: str, tries: int = 20) -> str:
+    """The experiment's id; the server opens its store on the first call (slow), so a few tries."""
+    import time
+
+    for _ in range(tries):
+        try:
+            with urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/get-by-name?experiment_name={name}",
+                                        timeout=60) as r:
+                return json.loads(r.read())["experiment"]["experiment_id"]
+        except OSError:
+            time.sleep(2)
+    raise SystemExit(f"dashboard_screenshot: experiment '{name}' not found")
 
 
 def screenshot(browser: str, page: str, out: Path, size: str = "1500,1000") -> None:
@@ -73,7 +82,9 @@ def main() -> None:
         raise SystemExit(f"dashboard_screenshot: no {home / 'mlflow.db'} (run the quickstart first)")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [mlflow_binary(), "server", "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+    copy = Path(tempfile.mkdtemp(prefix="dashboard-"))  # the server may upgrade its store: never the home's own
+    shutil.copy(home / "mlflow.db", copy / "mlflow.db")
+    cmd = [mlflow_binary(), "server", "--backend-store-uri", f"sqlite:///{copy / 'mlflow.db'}",
            "--default-artifact-root", (home / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -85,6 +96,7 @@ def main() -> None:
         print(f"{args.out}: {target}")
     finally:
         stop_pid(proc.pid)
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 if __name__ == "__main__":
