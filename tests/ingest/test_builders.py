@@ -20,12 +20,6 @@ RULER_TASKS = [t for t in TASKS if t not in ("hotpotqa", "squad")]
 
 
 @pytest.fixture(scope="module")
-def count(tokenizer):
-    backend = tokenizer.backend_tokenizer
-    return lambda text: len(backend.encode(text, add_special_tokens=False).ids)
-
-
-@pytest.fixture(scope="module")
 def hotpot(count):
     return HotpotQA(count)
 

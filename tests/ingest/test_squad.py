@@ -18,12 +18,6 @@ LENGTHS = (512, 2048, 8192, 16384)
 
 
 @pytest.fixture(scope="module")
-def count(tokenizer):
-    backend = tokenizer.backend_tokenizer
-    return lambda text: len(backend.encode(text, add_special_tokens=False).ids)
-
-
-@pytest.fixture(scope="module")
 def squad(count):
     return Squad(count)
 

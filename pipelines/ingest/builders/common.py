@@ -102,6 +102,22 @@ def take_fitting(units: Iterator[str], budget: int, count: Count, sep_tokens: in
     return out
 
 
+def fill_to(docs: list[str], fill: Iterator[str], aim: int, target: int, count: Count,
+            render: Callable[[list[str]], str], whole: Count | None = None) -> int:
+    """Append units of `fill` to `docs` (in place) in up to 4 passes while they fit `aim` tokens of
+    the rendered document; returns its tokens (counted by `whole`, default `count`: a cached unit
+    counter need not cache whole documents). The caller closes a gap wider than target // 200."""
+    whole = whole or count
+    n = whole(render(docs))
+    for _ in range(4):
+        extra = take_fitting(fill, aim - n, count, sep_tokens=5, tries=200)
+        docs += extra
+        n = whole(render(docs))
+        if not extra or aim - n <= target // 200:
+            break
+    return n
+
+
 def check_length(text: str, target: int, count: Count, what: str) -> int:
     n = count(text)
     if abs(n - target) > TOLERANCE * target:

