@@ -84,9 +84,11 @@ def train_arms(stage: str, work: Path, tasks: str, steps: int, minutes: float | 
 
 
 def plan(stages: list[str], lengths: list[str], n: int) -> list[Cells]:
-    """One `memagent eval` per model, every length in it (one engine start: minutes on a loaded CPU
-    machine), the gated arm first; the ladder runs the shorter length first and checkpoints rows."""
-    return [Cells(model_name(s, arm), "memagent", ",".join(lengths), n) for s in stages for arm in ("gated", "ungated")]
+    """One `memagent eval` per model and length: a record's seconds are its length's own only when the
+    engine holds no rows of another length (one eval over 4K and 16K runs them side by side). Shorter
+    lengths first, the gated arm first at each."""
+    return [Cells(model_name(s, arm), "memagent", length, n) for length in lengths for s in stages
+            for arm in ("gated", "ungated")]
 
 
 def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
