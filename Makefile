@@ -1,7 +1,7 @@
 # Two commands do all set-up on a fresh machine (see README):
 #   make quickstart   the main job on embedded defaults
 #   make test         the test suite (starts its own SeaweedFS / MLflow servers)
-.PHONY: setup quickstart test unit bench-quick image image-cpu
+.PHONY: setup quickstart test unit image image-cpu
 
 setup:
 	bash infra/setup.sh
