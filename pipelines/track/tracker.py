@@ -299,13 +299,17 @@ def git_commit(repo: Path | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def config_named(name: str) -> Iterator[None]:
-    """Runs opened inside record `name` as their config (a command that loads its own preset)."""
-    token = _CONFIG.set(name)
+def _scoped(var: contextvars.ContextVar, value: str | None) -> Iterator[None]:
+    token = var.set(value)
     try:
         yield
     finally:
-        _CONFIG.reset(token)
+        var.reset(token)
+
+
+def config_named(name: str) -> contextlib.AbstractContextManager[None]:
+    """Runs opened inside record `name` as their config (a command that loads its own preset)."""
+    return _scoped(_CONFIG, name)
 
 
 def config_source(argv: list[str] | None = None) -> str:
@@ -365,14 +369,9 @@ def parent_tags() -> dict[str, str]:
     return {"mlflow.parentRunId": parent, "stage": staged} if parent and staged else {}
 
 
-@contextlib.contextmanager
-def stage(name: str) -> Iterator[None]:
+def stage(name: str) -> contextlib.AbstractContextManager[None]:
     """Command runs opened inside are the pipeline's child named `name`."""
-    token = _STAGE.set(name)
-    try:
-        yield
-    finally:
-        _STAGE.reset(token)
+    return _scoped(_STAGE, name)
 
 
 @contextlib.contextmanager
@@ -403,11 +402,6 @@ def pipeline_run(tracker: Tracker, cfg: Any, name: str, tags: Mapping[str, objec
         _STAGE.reset(token)
 
 
-@contextlib.contextmanager
-def nested_under(run_id: str | None) -> Iterator[None]:
+def nested_under(run_id: str | None) -> contextlib.AbstractContextManager[None]:
     """Stages opened inside are `run_id`'s children (a pipeline's run, a continuous-training round's)."""
-    token = _PARENT.set(run_id)
-    try:
-        yield
-    finally:
-        _PARENT.reset(token)
+    return _scoped(_PARENT, run_id)
