@@ -31,7 +31,7 @@ def cut_rows(task: str, tokens: int, n: int, chunk_size: int) -> dict[str, bool]
     from pipelines.agent.codec import ChatCodec
     from pipelines.config import load_config
     from pipelines.eval.rows import built_rows
-    from pipelines.ingest.tasks import task_chunks
+    from pipelines.data.tasks import task_chunks
     from pipelines.models import config_model_dir
 
     tok = AutoTokenizer.from_pretrained(config_model_dir(load_config()))

@@ -41,7 +41,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.config import load_config
 from pipelines.engine import GenRequest, Sampling, create_engine
 from pipelines.engine.driver import run_loop
-from pipelines.ingest.tasks import TaskRow, task_chunks
+from pipelines.data.tasks import TaskRow, task_chunks
 from pipelines.models import resolve_model
 from pipelines.ingest.builders.needle_file import NOISE
 from pipelines.rollout.core import RolloutSpec, WorkerCore

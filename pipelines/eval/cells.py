@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from pipelines.eval.records import Cell, RowRef, quarantine_record, trajectory_record
-from pipelines.ingest.tasks import TaskRow
+from pipelines.data.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
 
 

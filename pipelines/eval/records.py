@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipelines.agent.reward import answer_recall, scores
-from pipelines.ingest.tasks import TaskRow
+from pipelines.data.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
 from pipelines.track.metrics import GATE_EXIT_FRACTION, GATE_MALFORMED, GATE_UPDATE_RATE, gate_metric
 

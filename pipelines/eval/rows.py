@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from pipelines.errors import UserError
 from pipelines.eval.stats import parse_length
-from pipelines.ingest.tasks import TaskRow, read_task_rows
+from pipelines.data.tasks import TaskRow, read_task_rows
 
 
 def nearest_length(doc_tokens: int, lengths: list[str]) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from pipelines.agent.chunking import split_at_whitespace
-from pipelines.ingest.tasks import Evidence
+from pipelines.data.tasks import Evidence
 
 SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 MAX_SENTENCE = 1000

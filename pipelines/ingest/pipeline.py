@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 
 from pipelines import runtime
 from pipelines.ingest.config import IngestConfig
-from pipelines.ingest.manifest import REFUSED, Manifest, ManifestView, ObjectEntry, Quarantine, list_parquet
+from pipelines.data.manifest import REFUSED, Manifest, ManifestView, ObjectEntry, Quarantine, list_parquet
 from pipelines.ingest.sources import SourceObject, list_sources
-from pipelines.ingest.store import chunk_path, index_path
+from pipelines.data.store import chunk_path, index_path
 from pipelines.ingest.worker import ObjectIngester, ObjectResult
 from pipelines.storage import absolute_uri, resolve
 

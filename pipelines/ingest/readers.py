@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.ingest.manifest import Quarantine
+from pipelines.data.manifest import Quarantine
 from pipelines.ingest.sources import SourceObject
 from pipelines.storage import first_line, resolve
 

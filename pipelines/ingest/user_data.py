@@ -38,9 +38,9 @@ from typing import IO
 from pipelines.errors import UserError
 from pipelines.ingest.answer_evidence import answer_evidence
 from pipelines.ingest.pipeline import IngestSummary, ingest
-from pipelines.ingest.store import ChunkStore
-from pipelines.ingest.tasks import TaskRow, write_task_rows
-from pipelines.ingest.tokenizer import same_vocab
+from pipelines.data.store import ChunkStore
+from pipelines.data.tasks import TaskRow, write_task_rows
+from pipelines.data.tokenizer import same_vocab
 from pipelines.ingest.user_input import FIELDS, SPLITS, BadRow, input_rows, is_parquet, parse_row, sample_id
 from pipelines.storage import BLOCK, aside, into_place, is_s3, resolve, written
 
@@ -214,7 +214,7 @@ def stage_and_ingest(req: ImportRequest, cfg, store: ChunkStore, stubs: IO[str],
 
 def import_rows(req: ImportRequest, cfg) -> ImportSummary:
     """Stage and ingest the rows' documents, then write the task rows; bad rows quarantined."""
-    from pipelines.ingest.tokenizer import load_backend
+    from pipelines.data.tokenizer import load_backend
 
     if req.split not in SPLITS:
         raise UserError(f"--split '{req.split}': not one of {list(SPLITS)}")

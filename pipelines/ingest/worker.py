@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipelines.ingest.config import IngestConfig
-from pipelines.ingest.manifest import DONE, REFUSED, ObjectEntry, Quarantine
+from pipelines.data.manifest import DONE, REFUSED, ObjectEntry, Quarantine
 from pipelines.ingest.readers import BadObject, read_object
 from pipelines.ingest.sources import SourceObject
 from pipelines.ingest.tokenize import DocTokens, tokenize_docs
-from pipelines.ingest.tokenizer import tokenizer_id
+from pipelines.data.tokenizer import tokenizer_id
 from pipelines.ingest.writer import ChunkWriter
 from pipelines.storage import first_line, resolve
 
@@ -45,7 +45,7 @@ class ObjectIngester:
                  home: str = ""):
         if tokenizer is None:
             from pipelines.config import home_dir
-            from pipelines.ingest.tokenizer import load_backend
+            from pipelines.data.tokenizer import load_backend
 
             self.backend, self.tokenizer_id = load_backend(model_ref, home_dir(home))  # this node's home
         else:

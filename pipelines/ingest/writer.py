@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.ingest.manifest import write_atomic
+from pipelines.data.manifest import write_atomic
 from pipelines.ingest.sources import SourceObject
-from pipelines.ingest.store import CHUNK_SCHEMA, INDEX_SCHEMA, chunk_path, index_path
+from pipelines.data.store import CHUNK_SCHEMA, INDEX_SCHEMA, chunk_path, index_path
 
 
 def file_name(obj: SourceObject) -> str:

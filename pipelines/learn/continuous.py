@@ -150,8 +150,8 @@ def listing(uri: str) -> list[str]:
     """The task files there now; a folder with none yet (or a prefix with no objects) is no error."""
     import pyarrow.fs as pafs
 
-    from pipelines.ingest.manifest import list_parquet
-    from pipelines.ingest.tasks import task_files
+    from pipelines.data.manifest import list_parquet
+    from pipelines.data.tasks import task_files
 
     info = file_info(uri)
     if info.type == pafs.FileType.NotFound or (info.type == pafs.FileType.Directory
@@ -206,7 +206,7 @@ def run_round(cfg: Config, req: Request, state: dict, out: str, tracker, deadlin
 
 def check_heldout(heldout: str, tasks: str, files: list[str]) -> None:
     """The gate scores rounds on held-out rows: none may be a row, or read a document, of the round."""
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
     from pipelines.learn.gate import shared_row
 
     if shared := shared_row(read_task_rows(heldout), read_task_rows(tasks)):
@@ -217,7 +217,7 @@ def check_heldout(heldout: str, tasks: str, files: list[str]) -> None:
 
 def copy_rows(files: list[str], uri: str) -> int:
     """The files' rows streamed into one round's task rows (the round keeps what it trained on)."""
-    from pipelines.ingest.tasks import read_task_rows, write_task_rows
+    from pipelines.data.tasks import read_task_rows, write_task_rows
 
     return write_task_rows(itertools.chain.from_iterable(map(read_task_rows, files)), uri)
 

@@ -107,7 +107,7 @@ def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[st
     length label (every row falls in it); finished cells are read back, not run again."""
     from pipelines.eval.ladder import main as ladder
     from pipelines.eval.results import cell_uri, has_cell, read_cell
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
 
     tasks, longest = {}, 1
     for row in read_task_rows(heldout):

@@ -36,7 +36,7 @@ class TraceRows:
         self.heldout = heldout
         self.store = None
         if store_uri:
-            from pipelines.ingest.store import ChunkStore
+            from pipelines.data.store import ChunkStore
 
             self.store = ChunkStore(store_uri)
 
@@ -68,7 +68,7 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     slice is left out; the learner's rank 0 builds that small slice itself). model: the base
     model's reference (absolute_ref); each task resolves it on its own node for the tokenizer
     (an s3:// or models:/ model is fetched into that node's home), as the rollout workers do."""
-    from pipelines.ingest.tasks import task_files
+    from pipelines.data.tasks import task_files
     from pipelines.rollout.core import store_uri
 
     # The files are listed here, and each task streams its file in small batches: no Ray
@@ -90,7 +90,7 @@ def _tracer(model_dir: str, agent, store: str | None, heldout: float) -> TraceRo
 def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
     """Each file's conversations, ROWS task rows at a time (memory stays bounded). cfg: its home
     absolute (the driver's, for nodes without MEMAGENT_HOME)."""
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
     from pipelines.models import config_model_dir
 
     tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout)
@@ -102,7 +102,7 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
 
 def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
     """The held-back slice's conversations (small: built in one process)."""
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
     from pipelines.rollout.core import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]

@@ -95,7 +95,7 @@ def tasks_uri(out: str) -> str:
 def filtered(cfg, tasks: str, out: str, steps: int, workers: list | None = None, resuming: bool = False) -> str:
     """OUT/teach/tasks: the rows of `tasks` whose pass rate is in range, enough for `steps` steps
     (made once; a resumed run reads them back)."""
-    from pipelines.ingest.tasks import read_task_rows, write_task_rows
+    from pipelines.data.tasks import read_task_rows, write_task_rows
 
     uri = tasks_uri(out)
     if exists(uri):

@@ -43,8 +43,8 @@ from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.agent.templates import TemplateSet
 from pipelines.agent.turns import Response
 from pipelines.errors import UserError
-from pipelines.ingest.store import ChunkStore
-from pipelines.ingest.tasks import Evidence, TaskRow, require_evidence, task_chunks
+from pipelines.data.store import ChunkStore
+from pipelines.data.tasks import Evidence, TaskRow, require_evidence, task_chunks
 
 SLACK = 2  # tokens a piece's recorded span may be off (BPE merges across its edges)
 SEP = "\n"

@@ -156,7 +156,7 @@ def register(run: Run) -> dict:
 
 def serve(run: Run) -> dict:
     """Serve the registered version and answer held-out questions as a batch job through it."""
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
     from pipelines.serve.batch import main as batch
 
     run.pool.close()  # the served replica needs the cores the pool's engines held

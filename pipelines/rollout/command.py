@@ -39,7 +39,7 @@ def row_count(uri: str) -> int:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from pipelines.ingest.manifest import list_parquet
+    from pipelines.data.manifest import list_parquet
     from pipelines.storage import resolve
 
     fs, path = resolve(uri)
@@ -53,7 +53,7 @@ def show(bar, stats: dict) -> None:
 
 
 def main(cfg: Config, req: RolloutRequest) -> dict:
-    from pipelines.ingest.tasks import read_task_rows
+    from pipelines.data.tasks import read_task_rows
     from pipelines.progress import Progress
     from pipelines.rollout.metrics import MetricsTally
     from pipelines.rollout.rewards import load_reward

@@ -19,7 +19,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.engine.base import Engine, Sampling
 from pipelines.engine.driver import run_loop
 from pipelines.agent.reward import accuracy
-from pipelines.ingest.tasks import task_chunks
+from pipelines.data.tasks import task_chunks
 from pipelines.rollout.rewards import compute_reward, load_reward, with_turn_cost
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
@@ -55,7 +55,7 @@ def open_store(cfg: Any) -> Any:
     uri = store_uri(cfg)
     if not uri:
         return None
-    from pipelines.ingest.store import ChunkStore
+    from pipelines.data.store import ChunkStore
 
     return ChunkStore(uri)
 

@@ -45,7 +45,7 @@ class RolloutHub:
 
     def _rows(self) -> Iterator[Any]:
         """The source's rows, pass after pass, less those the cursor has used up."""
-        from pipelines.ingest.tasks import read_task_rows
+        from pipelines.data.tasks import read_task_rows
 
         seq, stream = 0, itertools.chain.from_iterable(read_task_rows(self._tasks) for _ in itertools.count())
         for index, row in enumerate(stream):
@@ -111,7 +111,7 @@ class RolloutHub:
 
     def _evaluate(self, step: int, tasks: str, n: int) -> None:
         from pipelines.agent.reward import strict_score
-        from pipelines.ingest.tasks import read_task_rows
+        from pipelines.data.tasks import read_task_rows
         from pipelines.rollout.core import RolloutSpec
         from pipelines.rollout.service import run_groups
 

@@ -63,7 +63,7 @@ def preflight(cfg: Config, model: str | None) -> None:
     """Bad model or store references fail here, in one line, not in restarting replicas."""
     config_model_dir(cfg, model or cfg.model.path)
     if cfg.serve.store:
-        from pipelines.ingest.store import ChunkStore
+        from pipelines.data.store import ChunkStore
 
         ChunkStore(cfg.serve.store)
 

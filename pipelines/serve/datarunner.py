@@ -166,7 +166,7 @@ def replica_settings(cfg: Config) -> ReplicaSettings:
 
     s = cfg.serve
     if s.store:
-        from pipelines.ingest.store import ChunkStore
+        from pipelines.data.store import ChunkStore
 
         ChunkStore(s.store)  # a bad store fails here, in one line
     tracking = default_tracking_uri(cfg.home_path, cfg.track)

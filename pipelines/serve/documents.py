@@ -75,7 +75,7 @@ class Documents:
         if not self.store_uri:
             raise ServeError("doc_id: this deployment has no chunk store (start it with --store)", 400)
         if self._store is None:
-            from pipelines.ingest.store import ChunkStore
+            from pipelines.data.store import ChunkStore
 
             self._store = ChunkStore(self.store_uri)
         return self._store
@@ -115,7 +115,7 @@ class Documents:
 
     def _store_iter(self, store, doc_id: str) -> Iterator[list[int]]:
         try:
-            from pipelines.ingest.tasks import TaskRow, task_chunks
+            from pipelines.data.tasks import TaskRow, task_chunks
         except ImportError:  # the task contract is not there yet: re-slice the stored ids
             return iter_chunks(store.iter_chunk_ids(doc_id), self.limits.chunk_size)
         row = TaskRow(sample_id=doc_id, question="", answers=[], answer_kind="one_of", doc_id=doc_id,

@@ -99,8 +99,8 @@ def document(i: int) -> str:
 
 def write_tasks() -> None:
     """Task rows naming the stored documents by doc_id."""
-    from pipelines.ingest.store import ChunkStore
-    from pipelines.ingest.tasks import TaskRow, write_task_rows
+    from pipelines.data.store import ChunkStore
+    from pipelines.data.tasks import TaskRow, write_task_rows
 
     store = ChunkStore(STORE)
     rows = [TaskRow(f"q{i}", f"What is the code of box {i}?", [str(500 + i)], "one_of", f"doc{i}", None,
@@ -172,7 +172,7 @@ def test_node_b_fetched_the_model_from_s3_into_its_own_home(cluster, stages):
 
 
 def test_ingest_and_rollout_results_are_on_s3(stages):
-    from pipelines.ingest.store import ChunkStore
+    from pipelines.data.store import ChunkStore
     from pipelines.rollout.writer import read_groups
 
     assert stages.ingest["documents"] == N_DOCS and stages.ingest["quarantined"] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from pipelines.ingest.tasks import TaskRow, write_task_rows
+from pipelines.data.tasks import TaskRow, write_task_rows
 from pipelines.ingest.builders.needle_file import NOISE
 
 

@@ -4,7 +4,7 @@ a cell complete the moment its last row (scored or quarantined) is in."""
 import pytest
 
 from pipelines.eval.cells import CellBook
-from pipelines.ingest.tasks import TaskRow
+from pipelines.data.tasks import TaskRow
 from pipelines.agent import TurnRecord
 from pipelines.rollout.trajectory import Trajectory
 

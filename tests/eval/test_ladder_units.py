@@ -152,7 +152,7 @@ def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset)
 
 def test_answer_recall_finds_unboxed_gold():
     from pipelines.agent.reward import answer_recall
-    from pipelines.ingest.tasks import TaskRow
+    from pipelines.data.tasks import TaskRow
 
     row = TaskRow("s", "q?", ["Charles Guiteau"], "one_of", None, "ctx", 3, "t", "test")
     assert answer_recall("It was charles guiteau, in 1881.", row.answers, row.answer_kind) == 1.0

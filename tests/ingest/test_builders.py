@@ -12,7 +12,7 @@ from pipelines.ingest.builders import TASKS
 from pipelines.ingest.builders.common import in_eval_split, parse_lengths
 from pipelines.ingest.builders.hotpotqa import HotpotQA
 from pipelines.ingest.builders.ruler import Ruler, ruler_samples
-from pipelines.ingest.tasks import (TASK_SCHEMA_VERSION, V1_COLUMNS, Evidence, TaskRow, read_task_rows,
+from pipelines.data.tasks import (TASK_SCHEMA_VERSION, V1_COLUMNS, Evidence, TaskRow, read_task_rows,
                                     require_evidence, write_task_rows)
 
 TARGET = 8 * 1024

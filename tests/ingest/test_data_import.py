@@ -14,8 +14,8 @@ from pipelines.config import load_config
 from pipelines.errors import UserError
 from pipelines.ingest.answer_evidence import MAX_SENTENCE, answer_evidence
 from pipelines.ingest.pipeline import ingest
-from pipelines.ingest.store import ChunkStore
-from pipelines.ingest.tasks import read_task_rows
+from pipelines.data.store import ChunkStore
+from pipelines.data.tasks import read_task_rows
 from pipelines.ingest.user_data import ImportRequest, import_rows, quarantine_uri
 from tests.support import run_cli
 

@@ -10,9 +10,9 @@ from pipelines.errors import UserError
 from pipelines.ingest.config import IngestConfig
 from pipelines.ingest.pipeline import ingest
 from pipelines.ingest.sources import list_sources, split_glob
-from pipelines.ingest.store import ChunkStore, chunk_path
+from pipelines.data.store import ChunkStore, chunk_path
 from pipelines.agent.reward import score
-from pipelines.ingest.tasks import TaskRow, read_task_rows, task_chunks, write_task_rows
+from pipelines.data.tasks import TaskRow, read_task_rows, task_chunks, write_task_rows
 from pipelines.ingest.tokenize import split_pieces, tokenize_docs
 from pipelines.ingest.readers import Doc
 from tests.ingest.corpus import mixed_corpus, quarantine_map

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipelines.ingest.manifest import list_parquet
-from pipelines.ingest.store import ChunkStore
+from pipelines.data.manifest import list_parquet
+from pipelines.data.store import ChunkStore
 from tests.support import REPO, run_cli
 from tests.ingest.corpus import mixed_corpus, quarantine_map
 
@@ -100,7 +100,7 @@ def test_killed_ingest_resumes_exactly_once(s3):
 
 def test_data_build_puts_documents_in_the_store(s3, tokenizer):
     from pipelines.agent.codec import ChatCodec
-    from pipelines.ingest.tasks import read_task_rows, task_chunks
+    from pipelines.data.tasks import read_task_rows, task_chunks
 
     out, store_uri = f"s3://{BUCKET}/tasks/niah", f"s3://{BUCKET}/store-tasks"
     r = run_cli("data", "build", "--task", "niah_multivalue", "--lengths", "8K", "--n", "2", "--seed", "5",

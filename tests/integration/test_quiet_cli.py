@@ -87,7 +87,7 @@ def test_ask_show_memory_prints_each_memory_as_its_turn_is_written(doc, cmd_home
 
 
 def test_rollout_keeps_ray_logs_out_of_its_output(tmp_path, cmd_home, tiny_model_dir):
-    from pipelines.ingest.tasks import write_task_rows
+    from pipelines.data.tasks import write_task_rows
     from tests.rollout.helpers import needle_row
 
     tasks = str(tmp_path / "tasks.parquet")

@@ -141,7 +141,7 @@ def train_until_killed(args: list[str], env: dict, kill_at: str, ready, timeout:
 
 @pytest.fixture(scope="session")
 def rl_run(tmp_path_factory, tiny_model_dir, tokenizer) -> RLRun:
-    from pipelines.ingest.tasks import write_task_rows
+    from pipelines.data.tasks import write_task_rows
     from pipelines.learn.runs import latest_state
 
     root = tmp_path_factory.mktemp("rl")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipelines.ingest.tasks import Evidence, TaskRow
+from pipelines.data.tasks import Evidence, TaskRow
 
 FILLER = "The grey sky hung low over the quiet harbour town while the boats rocked gently. "
 

@@ -31,7 +31,7 @@ NAME = "continuous-test"
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_model_dir, tokenizer):
-    from pipelines.ingest.tasks import write_task_rows
+    from pipelines.data.tasks import write_task_rows
 
     root = tmp_path_factory.mktemp("continuous")
     count = token_counter(tokenizer)
@@ -172,7 +172,7 @@ def test_continuous_training_registers_only_a_gain_and_survives_restarts(setup):
 
 def write_rows(rows: list, path: Path) -> None:
     """Whole or not at all, as the watched folder requires (write_task_rows renames a finished file)."""
-    from pipelines.ingest.tasks import write_task_rows
+    from pipelines.data.tasks import write_task_rows
 
     write_task_rows(rows, str(path))
 

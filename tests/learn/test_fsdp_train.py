@@ -8,7 +8,7 @@ import json
 
 from safetensors.torch import load_file
 
-from pipelines.ingest.tasks import write_task_rows
+from pipelines.data.tasks import write_task_rows
 from tests.support import run_cli
 from tests.learn.conftest import rl_overrides
 from tests.learn.rows import synthetic_rows, token_counter

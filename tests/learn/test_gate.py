@@ -64,7 +64,7 @@ def test_candidate_then_promote_moves_production_once(tmp_path, tiny_model_dir):
 
 
 def test_held_out_rows_must_share_no_sample_and_no_document_with_the_training_rows():
-    from pipelines.ingest.tasks import TaskRow
+    from pipelines.data.tasks import TaskRow
     from pipelines.learn.gate import shared_row
 
     def row(sid: str, doc: str | None = None, text: str | None = "a text") -> TaskRow:

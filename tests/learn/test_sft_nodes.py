@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipelines.config import load_config
-from pipelines.ingest.tasks import write_task_rows
+from pipelines.data.tasks import write_task_rows
 from pipelines.learn.sftdata import trace_files
 from pipelines.storage import publish_dir
 from tests.learn.rows import synthetic_rows, token_counter

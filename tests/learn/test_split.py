@@ -4,7 +4,7 @@ stages the opening rows by length, shortest first (tasks still interleaved), los
 from __future__ import annotations
 
 from pipelines.config import load_config
-from pipelines.ingest.tasks import read_task_rows
+from pipelines.data.tasks import read_task_rows
 from pipelines.learn.runs import build_split
 
 

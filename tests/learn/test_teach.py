@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.errors import UserError
-from pipelines.ingest.tasks import read_task_rows, write_task_rows
+from pipelines.data.tasks import read_task_rows, write_task_rows
 from pipelines.learn.config import PassFilterConfig
 from pipelines.learn.teach import filtered, rows_needed, select, summary_line, verdict
 from tests.learn.rows import synthetic_rows, token_counter

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from pipelines.agent.turns import TurnRecord
-from pipelines.ingest.tasks import write_task_rows
+from pipelines.data.tasks import write_task_rows
 from pipelines.learn.batch import rl_batch
 from pipelines.rollout.cursor import Cursor
 from pipelines.rollout.hub import RolloutHub

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.ingest.tasks import TaskRow
+from pipelines.data.tasks import TaskRow
 from pipelines.ingest.builders.needle_file import NOISE
 from pipelines.agent import TurnRecord
 from pipelines.rollout.trajectory import Group, Trajectory

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.agent.chunking import n_turns
-from pipelines.ingest.tasks import TaskRow, write_task_rows
+from pipelines.data.tasks import TaskRow, write_task_rows
 from pipelines.rollout.writer import read_groups
 from tests.support import run_cli
 from tests.rollout.helpers import needle_row

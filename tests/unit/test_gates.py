@@ -17,7 +17,7 @@ from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.agent.templates import GATED_UPDATE, RELEASE_UPDATE
 from pipelines.agent.turns import TurnRecord
 from pipelines.errors import UserError
-from pipelines.ingest.tasks import task_chunks
+from pipelines.data.tasks import task_chunks
 from pipelines.learn.traces import sft_trace
 from pipelines.rollout.metrics import rollout_metrics
 from pipelines.rollout.rewards import with_turn_cost
@@ -185,7 +185,7 @@ def gated_turns(*gates: str) -> list[TurnRecord]:
 
 def test_trajectories_records_and_metrics_carry_the_gates():
     from pipelines.eval.records import RowRef, gate_metrics, trajectory_record
-    from pipelines.ingest.tasks import TaskRow
+    from pipelines.data.tasks import TaskRow
 
     t = Trajectory("s", "s#1", 0, gated_turns("kept", "updated", "kept", "exited", "final"), ["a"] * 4, "\\boxed{1}",
                    "1", 1.0, 1.0, False, 400, 0.5, "w", malformed=1, chunks_unread=6)

@@ -11,7 +11,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.errors import UserError
 from pipelines.ingest.builders.build import BuildRequest, inline_rows
-from pipelines.ingest.tasks import Evidence, TaskRow, task_chunks
+from pipelines.data.tasks import Evidence, TaskRow, task_chunks
 from pipelines.learn.traces import EvidenceReader, iter_traces, select_memory, sft_trace
 
 TEMPLATES = get_templates("release")
@@ -195,7 +195,7 @@ def test_store_rows_trace_like_inline_rows(tmp_path, tokenizer, codec, home):
 
     from pipelines.ingest.config import IngestConfig
     from pipelines.ingest.pipeline import ingest
-    from pipelines.ingest.store import ChunkStore
+    from pipelines.data.store import ChunkStore
 
     row = built("niah_multivalue", tokenizer, n=1, seed=4)[0]
     (tmp_path / "c").mkdir()

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pipelines.errors import UserError
 from pipelines.ingest.builders.common import Sample, check_length, parse_lengths
 from pipelines.ingest.pipeline import IngestSummary, ingest
-from pipelines.ingest.store import ChunkStore
-from pipelines.ingest.tasks import TaskRow, write_task_rows
+from pipelines.data.store import ChunkStore
+from pipelines.data.tasks import TaskRow, write_task_rows
 from pipelines.storage import resolve
 
 
@@ -95,7 +95,7 @@ def stage_documents(req: BuildRequest, target: int, count) -> Iterator[dict]:
 def build(req: BuildRequest, cfg, on_doc: Callable[[], None] | None = None,
           on_object: Callable[[IngestSummary, int], None] | None = None) -> BuildSummary:
     """on_doc(): after each document is generated; on_object: the ingest's (progress displays)."""
-    from pipelines.ingest.tokenizer import load_backend
+    from pipelines.data.tokenizer import load_backend
 
     if req.n <= 0:
         raise UserError(f"--n {req.n}: must be positive")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.errors import UserError
-from pipelines.ingest.tasks import Evidence
+from pipelines.data.tasks import Evidence
 
 Count = Callable[[str], int]
 TOLERANCE = 0.02

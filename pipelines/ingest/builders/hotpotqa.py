@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pipelines.errors import UserError
 from pipelines.ingest.builders.common import (Count, Sample, fill_to, fit_units, in_eval_split, locate, package_file,
                                               rng_for, truncate_to)
-from pipelines.ingest.tasks import Evidence
+from pipelines.data.tasks import Evidence
 
 DATA = ("long_context_eval", "data", "synthetic", "json", "hotpotqa.json")
 SEP = "\n\n"

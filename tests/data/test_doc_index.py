@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pipelines.ingest import doc_index
-from pipelines.ingest.doc_index import DocIndex
-from pipelines.ingest.store import INDEX_SCHEMA
+from pipelines.data import doc_index
+from pipelines.data.doc_index import DocIndex
+from pipelines.data.store import INDEX_SCHEMA
 
 
 def batch(file: str, ids: list[str], first: int = 0) -> tuple[str, pa.RecordBatch]:

@@ -24,9 +24,9 @@ from pipelines.agent.chunking import iter_chunks
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.reward import ANSWER_KINDS
 from pipelines.errors import UserError
-from pipelines.ingest.manifest import list_parquet
-from pipelines.ingest.store import ChunkStore
-from pipelines.ingest.tokenizer import same_vocab, tokenizer_id
+from pipelines.data.manifest import list_parquet
+from pipelines.data.store import ChunkStore
+from pipelines.data.tokenizer import same_vocab, tokenizer_id
 from pipelines.storage import first_line, resolve, written
 
 TASK_SCHEMA_VERSION = 2

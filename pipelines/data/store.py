@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
-from pipelines.ingest.doc_index import DocIndex, Location
-from pipelines.ingest.manifest import Manifest, ManifestView
+from pipelines.data.doc_index import DocIndex, Location
+from pipelines.data.manifest import Manifest, ManifestView
 from pipelines.storage import resolve
 
 CHUNK_SCHEMA = pa.schema([
