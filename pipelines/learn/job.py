@@ -58,8 +58,12 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     tasks = req.tasks or runs.build_split(cfg, out, model_dir)
     runs.check_tasks(tasks, need_evidence=req.sft)
     minutes = req.max_minutes or cfg.learn.max_minutes
+    start = runs.repair_index(out)
+    if start is not None:
+        print(f"resuming from {start} (step {prior.step}): Ray Train's checkpoint index was cut by a stop "
+              "while it was being written", file=logs.console(), flush=True)
     run = RunSpec(out, absolute_ref(cfg.model.path), steps, time.time() + 60 * minutes if minutes else None,
-                  req.sft, tasks)
+                  req.sft, tasks, start_from=start)
     runtime.connect()
     hub = None
     if not req.sft:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
+import zipfile
 from pathlib import Path
 
 from pipelines.errors import UserError
 from pipelines.learn.checkpoint import LearnerState, model_fingerprint, read_state
-from pipelines.storage import exists, is_s3, resolve
+from pipelines.storage import exists, is_s3, list_dirs, resolve
+
+INDEX = "checkpoint_manager_snapshot.json"  # Ray Train's index of the run's checkpoints, in OUT/learner/
 
 
 def _read_text(uri: str) -> str | None:
@@ -30,13 +33,9 @@ def _read_text(uri: str) -> str | None:
 def latest_state(out: str, model_dir: str) -> LearnerState | None:
     """The state of the run's newest checkpoint, None if it has none; another model's or a
     corrupt one is a one-line error naming it."""
-    snapshot = _read_text(f"{out}/learner/checkpoint_manager_snapshot.json")
-    if snapshot is None:
+    name = newest_checkpoint(out)
+    if name is None:
         return None
-    try:
-        name = json.loads(snapshot)["latest_checkpoint_result"]["checkpoint_dir_name"]
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"checkpoint '{out}/learner': its index is corrupt") from None
     text = _read_text(f"{out}/learner/{name}/state.json")
     with tempfile.TemporaryDirectory() as d:
         Path(d, "state.json").write_text(text if text is not None else "")
@@ -44,6 +43,59 @@ def latest_state(out: str, model_dir: str) -> LearnerState | None:
             return read_state(Path(d), model_fingerprint(model_dir))
         except UserError as e:
             raise UserError(str(e).replace(d, f"{out}/learner/{name}")) from None
+
+
+def newest_checkpoint(out: str) -> str | None:
+    """The folder (under OUT/learner) of the run's newest checkpoint: the one Ray Train's index names.
+    Ray Train rewrites that index in place after each checkpoint, so a kill at that moment leaves it
+    empty or cut: then the newest complete checkpoint folder stands in (what the index would name,
+    or the one before it). None when the run has neither."""
+    present, name = _read_index(out)
+    return name if name or not present else newest_complete(out)
+
+
+def _read_index(out: str) -> tuple[bool, str | None]:
+    """(whether OUT has an index, the checkpoint it names: None when it is torn)."""
+    text = _read_text(f"{out}/learner/{INDEX}")
+    if text is None:
+        return False, None
+    try:
+        return True, str(json.loads(text)["latest_checkpoint_result"]["checkpoint_dir_name"])
+    except (ValueError, KeyError, TypeError):
+        return True, None
+
+
+def newest_complete(out: str) -> str | None:
+    """The checkpoint_* folder with the highest step whose state and weights were written whole
+    (a kill during an upload leaves a folder without one, or with a cut learner.pt)."""
+    steps = {}
+    for name in list_dirs(f"{out}/learner"):
+        if name.startswith("checkpoint_") and (step := _complete_step(f"{out}/learner/{name}")) is not None:
+            steps[name] = step
+    return max(steps, key=lambda name: (steps[name], name)) if steps else None
+
+
+def _complete_step(folder: str) -> int | None:
+    try:
+        step = int(json.loads(_read_text(f"{folder}/state.json") or "")["step"])
+        fs, path = resolve(f"{folder}/learner.pt")
+        with fs.open_input_file(path) as f:  # torch.save writes a zip: its directory is last
+            return step if zipfile.is_zipfile(f) else None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
+def repair_index(out: str) -> str | None:
+    """Before a run starts in OUT: a torn index (see newest_checkpoint) is removed, since Ray Train
+    would fail to read it, and the URI of the checkpoint that stands in for it is returned for the
+    learner to start from; None when the index is whole or absent."""
+    present, name = _read_index(out)
+    if not present or name:
+        return None
+    stand_in = newest_complete(out)
+    fs, path = resolve(f"{out}/learner/{INDEX}")
+    fs.delete_file(path)
+    return f"{out}/learner/{stand_in}" if stand_in else None
 
 
 def build_split(cfg, out: str, model_dir: str, split: str = "train") -> str:

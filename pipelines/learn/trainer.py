@@ -45,6 +45,7 @@ class RunSpec:
     board: Any = None  # the driver's progress board (an actor)
     hub: Any = None  # RL: the rollout hub (an actor)
     model_dir: str = ""  # the base model's folder on this worker's node (set by train_loop)
+    start_from: str | None = None  # a checkpoint to resume from that Ray Train's index lost (runs.repair_index)
 
 
 def train_loop(config: dict) -> None:
@@ -91,11 +92,23 @@ def _train_loop(config: dict, cfg, run: RunSpec) -> None:
                     fsdp=("mean" if run.sft else "sum") if fsdp else None, device=worker_device(cfg.learn.use_gpu))
     fingerprint = ckpt.model_fingerprint(run.model_dir)
     state = ckpt.LearnerState(fingerprint=fingerprint, cursor=config.get("cursor") or {})
-    restored = train.get_checkpoint()
+    restored = train.get_checkpoint() or stand_in(run.start_from)
     if restored is not None:
         with restored.as_directory() as d:
             state = ckpt.load(Path(d), policy, fingerprint)
     (sft_loop if run.sft else rl_loop)(cfg, run, policy, state, rank, world)
+
+
+def stand_in(uri: str | None):
+    """The checkpoint at URI (local or s3://) as Ray Train's Checkpoint; None for None."""
+    from ray.train import Checkpoint
+
+    from pipelines.storage import resolve
+
+    if uri is None:
+        return None
+    fs, path = resolve(uri)
+    return Checkpoint(path, filesystem=fs)
 
 
 def worker_device(use_gpu: bool) -> torch.device:
