@@ -3,6 +3,10 @@
 S3 goes through pyarrow's S3FileSystem with an endpoint override, so the same code
 reaches AWS, SeaweedFS or any S3-compatible store. Endpoint: the `s3.endpoint_url`
 setting, else AWS_ENDPOINT_URL; keys from the standard AWS environment variables.
+
+Writes and downloads to S3 ride out an endpoint that refuses for a while (a restarting gateway,
+503s): one retry policy (`retried`), backoff 1, 2, 4, 8, 16, 16 ... s for AWS_MAX_ATTEMPTS
+attempts (default 7: ~47 s of waiting), then one line naming the URI.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ import codecs
 import os
 import re
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -23,6 +29,12 @@ from pipelines.errors import UserError
 
 BLOCK = 1 << 20
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
+T = TypeVar("T")
+ATTEMPTS_ENV, DEFAULT_ATTEMPTS = "AWS_MAX_ATTEMPTS", 7  # an AWS_ variable: Ray workers get it too
+FIRST_DELAY_S, MAX_DELAY_S = 1.0, 16.0
+# pyarrow's names for the failures that pass (the endpoint down or overloaded), not bad requests
+TRANSIENT = ("NETWORK_CONNECTION", "SERVICE_UNAVAILABLE", "SLOW_DOWN", "INTERNAL_FAILURE", "THROTTLING",
+             "REQUEST_TIMEOUT")
 
 
 def is_s3(uri: str) -> bool:
@@ -48,6 +60,42 @@ def s3_filesystem(endpoint_url: str | None = None, region: str | None = None) ->
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme)
     return pafs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
+
+
+def attempts() -> int:
+    """How many times an S3 write or download is tried: AWS_MAX_ATTEMPTS, else 7."""
+    raw = os.environ.get(ATTEMPTS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_ATTEMPTS
+    if not raw.isdigit() or int(raw) < 1:
+        raise UserError(f"{ATTEMPTS_ENV}={raw!r}: must be a positive whole number")
+    return int(raw)
+
+
+def backoff(n_attempts: int) -> list[float]:
+    """The waits between n attempts: doubling from FIRST_DELAY_S, capped at MAX_DELAY_S."""
+    return [min(FIRST_DELAY_S * 2 ** i, MAX_DELAY_S) for i in range(n_attempts - 1)]
+
+
+def transient(err: BaseException) -> bool:
+    return isinstance(err, OSError) and any(mark in str(err) for mark in TRANSIENT)
+
+
+def retried(uri: str, call: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
+    """call() (one idempotent S3 write or read) until it succeeds, retrying transient failures
+    with backoff; when they outlast the policy, one line naming `uri`. Other errors pass at once."""
+    waits, tried = backoff(attempts()), 0
+    while True:
+        try:
+            return call()
+        except OSError as e:
+            if not transient(e):
+                raise
+            if tried == len(waits):
+                raise UserError(f"'{uri}': S3 endpoint unreachable after {tried + 1} attempts over "
+                                f"{sum(waits):.0f} s ({first_line(e)})") from None
+        sleep(waits[tried])
+        tried += 1
 
 
 def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -157,33 +205,45 @@ def download_prefix(uri: str, dest: Path) -> Path:
     Each file appears whole (written()), also with several processes fetching."""
     fs, root = resolve(uri)
     selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-    infos = [i for i in fs.get_file_info(selector) if i.type == pafs.FileType.File]
+    infos = [i for i in retried(uri, lambda: fs.get_file_info(selector)) if i.type == pafs.FileType.File]
     if not infos:
         raise UserError(f"'{uri}': no such folder or prefix, or it is empty")
-    local = pafs.LocalFileSystem()
     for info in infos:
         target = inside(dest, info.path[len(root):], f"object of '{uri}'")
-        if target.exists() and target.stat().st_size == info.size:
-            continue
-        with written(local, str(target)) as tmp, fs.open_input_stream(info.path) as src, open(tmp, "wb") as out:
-            while buf := src.read(BLOCK * 8):
-                out.write(buf)
+        if not (target.exists() and target.stat().st_size == info.size):
+            retried(uri, lambda i=info, t=target: _fetch(fs, i.path, t))
     return dest
+
+
+def _fetch(fs: pafs.FileSystem, path: str, target: Path) -> None:
+    with written(pafs.LocalFileSystem(), str(target)) as tmp, fs.open_input_stream(path) as src, \
+            open(tmp, "wb") as out:
+        while buf := src.read(BLOCK * 8):
+            out.write(buf)
 
 
 def write_whole(uri: str, data: bytes) -> None:
     """Replace one file so that a reader (or a process killed mid-write) never sees half of it
     (written(); a local file is on disk before it is renamed over the old one)."""
     fs, path = resolve(uri)
-    with written(fs, path) as target:
-        if isinstance(fs, pafs.LocalFileSystem):
-            with open(target, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            with fs.open_output_stream(target) as f:
-                f.write(data)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        retried(uri, lambda: _upload(fs, data, path))
+        return
+    with written(fs, path) as target, open(target, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _upload(fs: pafs.FileSystem, data: bytes | Path, path: str) -> None:
+    """One object from bytes or a local file (an S3 object appears when its upload completes)."""
+    with fs.open_output_stream(path) as out:
+        if isinstance(data, bytes):
+            out.write(data)
+            return
+        with open(data, "rb") as f:
+            while buf := f.read(BLOCK * 8):
+                out.write(buf)
 
 
 def publish_dir(src: Path, uri: str) -> str:
@@ -202,7 +262,7 @@ def located(uri: str) -> str:
 def staged_dir(uri: str) -> Iterator[Path]:
     """A local folder to fill that appears whole at `uri` on exit, or not at all on an error.
     Local: written beside the destination and renamed into place (no copy); S3: written to a
-    temporary folder, then one PUT per object, config.json last (readers check for it)."""
+    temporary folder, then one PUT per object (each retried), config.json last (readers check for it)."""
     fs, root = resolve(uri)
     local = isinstance(fs, pafs.LocalFileSystem)
     if local:
@@ -220,9 +280,7 @@ def staged_dir(uri: str) -> Iterator[Path]:
         yield Path(d)
         files = sorted((p for p in Path(d).rglob("*") if p.is_file()), key=lambda p: p.name == "config.json")
         for p in files:
-            with open(p, "rb") as f, fs.open_output_stream(f"{root}/{p.relative_to(d)}") as out:
-                while buf := f.read(BLOCK * 8):
-                    out.write(buf)
+            retried(uri, lambda p=p: _upload(fs, p, f"{root}/{p.relative_to(d)}"))
 
 
 def remove_tree(uri: str) -> None:
