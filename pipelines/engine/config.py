@@ -10,7 +10,7 @@ from pipelines.typed import Strict
 
 
 class EngineConfig(Strict):
-    kind: Literal["vllm", "hf", "hf_batch"] = "vllm"
+    kind: Literal["vllm", "hf", "hf_batch", "echo"] = "vllm"  # echo: benchmarks only (echo_engine.py)
     dtype: str = "bfloat16"
     max_model_len: int = 8192
     max_num_seqs: int = 64

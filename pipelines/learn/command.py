@@ -86,10 +86,12 @@ def announce(cfg: Config, sft: bool, source: str | None) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.engine import refuse_stand_in
     from pipelines.learn import runs
     from pipelines.learn.job import TrainRequest, main
     from pipelines.track.tracker import command_run, create_tracker, train_label
 
+    refuse_stand_in(cfg.engine, "train")
     if args.sft:
         check_sft_overrides(getattr(args, "overrides", []) or [])
     cfg = cfg.model_copy(update={"learn": cfg.learn.for_mode(args.sft)})

@@ -160,9 +160,11 @@ def add_arguments(p) -> None:
 
 
 def run(cfg: Config, args) -> None:
+    from pipelines.engine import refuse_stand_in
     from pipelines.models import config_model_dir
     from pipelines.models.settings import with_model_settings
 
+    refuse_stand_in(cfg.engine, "serve")
     if args.store:
         cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
     main(with_model_settings(cfg, config_model_dir(cfg, args.model), args.overrides), args.model, args.host, args.port)
