@@ -62,8 +62,29 @@ def gate_counts(turns: list[TurnRecord]) -> tuple[int, int, int | None]:
     return len(memory), sum(g != "kept" for g in memory), exits[0] if exits else None
 
 
+class GateCounts:
+    """What the gates did, read from a record's `turns` (gate_counts): for AgentResult and the
+    rollout's Trajectory alike."""
+
+    turns: list[TurnRecord]
+
+    @property
+    def chunks_read(self) -> int:
+        return gate_counts(self.turns)[0]
+
+    @property
+    def memory_updates(self) -> int:
+        """Memory turns not kept (ungated: every one)."""
+        return gate_counts(self.turns)[1]
+
+    @property
+    def exit_chunk(self) -> int | None:
+        """The chunk (1-based) whose turn ended the reading; None: read to the end."""
+        return gate_counts(self.turns)[2]
+
+
 @dataclass
-class AgentResult:
+class AgentResult(GateCounts):
     question: str
     answer: str = ""
     prediction: str | None = None
@@ -76,20 +97,6 @@ class AgentResult:
     @property
     def memory_tokens(self) -> list[int]:
         return [len(t.response_ids) for t in self.turns if not t.is_final]
-
-    @property
-    def chunks_read(self) -> int:
-        return len(self.memory)
-
-    @property
-    def memory_updates(self) -> int:
-        """Memory turns not kept (ungated: every one)."""
-        return gate_counts(self.turns)[1]
-
-    @property
-    def exit_chunk(self) -> int | None:
-        """The chunk (1-based) whose turn ended the reading; None: read to the end."""
-        return gate_counts(self.turns)[2]
 
     @property
     def n_turns(self) -> int:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from pipelines.agent.turns import TurnRecord, gate_counts
+from pipelines.agent.turns import GateCounts, TurnRecord
 from pipelines.errors import UserError
 
 # 2: turns are agent TurnRecords (max_tokens added); `truncated`
@@ -26,7 +26,7 @@ SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class Trajectory(GateCounts):
     sample_id: str
     group_id: str
     index: int  # rollout index within its group
@@ -43,18 +43,6 @@ class Trajectory:
     malformed: int = 0  # gated memory turns whose marker was malformed
     chunks_unread: int = 0  # chunks an exited rollout left unread (of the row's document)
     schema_version: int = SCHEMA_VERSION
-
-    @property
-    def chunks_read(self) -> int:
-        return gate_counts(self.turns)[0]
-
-    @property
-    def memory_updates(self) -> int:
-        return gate_counts(self.turns)[1]
-
-    @property
-    def exit_chunk(self) -> int | None:
-        return gate_counts(self.turns)[2]
 
     @property
     def version_min(self) -> int:
