@@ -10,6 +10,7 @@ so the benchmark can be stopped and re-run across sessions.
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
     .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
+    .venv/bin/python benchmarks/learning.py --suite squad --stages sft,rl,seeds,eval   # SQuAD, 1x-16x, 3 RL seeds
     .venv/bin/python benchmarks/learning.py --stages eval --ladder rl   # a trained model at 1x..16x
     .venv/bin/python benchmarks/learning.py --stages sft,eval --models sft --work W --results R \
         --previous benchmarks/results/learning      # a changed SFT recipe, paired against the committed run
@@ -20,6 +21,15 @@ at 4x) have n = --n (200); the others n = --n-other (64). HotpotQA (reported, no
 documents of 4 chunks of 512 tokens (the question's 10 paragraphs and fillers), 1x 2K, 4x 8K,
 n = 64 in every cell, its own presets, work and results subfolders. Rows are the ladder's
 held-out split, the same questions for every model, so RL - SFT is a paired difference.
+SQuAD (issue #35's targets, printed met / not met / pending): trained as the needles, held out
+at 1x, 4x and 16x (1K, 4K, 16K), every 1x and 4x cell n = 200, 16x n = 64, the RL model's
+truncation baseline at each length. A model is trained when its first cell comes up (plan), so
+the cells land in the order they are worth, the other RL seeds last.
+
+RL seeds (`--stages ...,seeds`, `--rl-seeds 3`): RL from the same SFT weights with learn.seed 1
+and 2 beside RL's 0, each scored at 4x: "rl_seeds" holds each seed's paired RL - SFT and
+"rl_seeds_spread" their range and standard deviation (the run-to-run spread any claim of RL's
+effect must state).
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
 change to the preset (ABLATIONS), scored at 4x with n = --n and paired against RL's cells on the
@@ -39,7 +49,8 @@ The last line is one JSON object: {"score": "strict", "base", "sft", "rl": {task
 "strict": {task: {length: {method: [mean, lo, hi, n]}}}, "f1" (QA tasks) and "sub_em (paper's,
 lenient)": the same, "paired_rl_minus_sft": {task: {length: [mean, lo, hi, n]}} (strict),
 "ablations": {name: {task: {"4K": [mean, lo, hi, n]}}} (the change minus RL), "ladder": {model:
-{task: {length: {method: [mean, lo, hi, n]}}}}, "train_minutes"}; with --previous also
+{task: {length: {method: [mean, lo, hi, n]}}}}, "rl_seeds", "rl_seeds_spread", "targets" (squad),
+"eval_minutes" (each cell's last invocation), "train_minutes"}; with --previous also
 "paired_vs_previous": {model: {task: {length: [mean, lo, hi, n]}}} (this run minus that one).
 
 The ladder (`--ladder MODEL`): one trained model at 1x, 2x, 4x, 8x and 16x the training length,
@@ -62,6 +73,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
+from benchmarks.learning_targets import Targets, judge, lines, spread  # noqa: E402
 from pipelines.agent.reward import is_qa  # noqa: E402
 from pipelines.eval.stats import paired_diff  # noqa: E402
 
@@ -69,15 +81,18 @@ from pipelines.eval.stats import paired_diff  # noqa: E402
 @dataclass(frozen=True)
 class Suite:
     """One task family's recipe: presets (each choice explained there), the agent's sizes at
-    evaluation (the presets'), the 1x and 4x lengths, default n, and where its files go."""
+    evaluation (the presets'), the lengths, default n, and where its files go."""
 
     tasks: str
     presets: dict[str, str]
     agent: list[str]
-    lengths: tuple[str, str]  # 1x (the training length), 4x
+    lengths: tuple[str, ...]  # 1x (the training length), 4x[, 16x: every 1x and 4x cell then has n rows]
     n: tuple[int, int]  # (cells that carry a target, the others)
     steps: tuple[int, int]  # (SFT, RL)
     folder: str  # under the work and results folders ("" : at their top)
+    targets: Targets | None = None  # printed met / not met when set
+    quick: tuple[str, ...] = ()  # --quick's training overrides
+    quick_n: tuple[int, int] = (16, 16)  # --quick's n
 
 
 SUITES = {
@@ -87,6 +102,13 @@ SUITES = {
     "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
                       (64, 64), (20, 12), "hotpotqa"),  # RL: 11.5 min a step (most groups all-equal)
+    # SQuAD in long documents (issue #35's evidence): trained on 2-4 chunks of 256, held out at 1x-16x.
+    # --quick: 16 rows a length for the traces, and the pass filter keeps never-right rows too (a
+    # 4-step SFT model answers none, and the filter would refuse the run).
+    "squad": Suite("squad", {"sft": "configs/sft-smollm2-squad.yaml", "rl": "configs/rl-smollm2-squad.yaml"},
+                   ["agent.chunk_size=256", "agent.memory_budget=128", "agent.final_budget=64"], ("1K", "4K", "16K"),
+                   (200, 64), (30, 40), "squad", Targets(20, 15, 0.8, 3),
+                   ("learn.task_n=16", "learn.pass_filter.low=0.0", "learn.eval_every=0"), (8, 2)),
 }
 # One change each to the RL preset, measured against its absence (RL as configured).
 ABLATIONS = {
@@ -125,14 +147,33 @@ def ladder(model: str, one: str, n: int) -> Cells:
     return Cells(model, "truncation,memagent", ",".join(f"{tokens * k // 1024}K" for k in LADDER), n)
 
 
-def plan(n: int, n_other: int, lengths: tuple[str, str]) -> list[Cells]:
-    """Base at 1x (scored once: the packaged model), then the 4x cells that carry a target (a session that runs
-    out of time lands those), then the rest, then each ablation at 4x."""
-    one, four = lengths
-    return [Cells("base", "memagent", one, n), Cells("sft", "memagent", four, n), Cells("rl", "memagent", four, n),
-            Cells("rl", "truncation", four, n), Cells("sft", "memagent", one, n), Cells("rl", "memagent", one, n_other),
-            Cells("sft", "truncation", four, n_other), Cells("base", "memagent", four, n_other),
+def plan(n: int, n_other: int, lengths: tuple[str, ...], seeds: int = 1) -> list[Cells]:
+    """The cells in the order they are worth: a model is trained when its first cell comes up, so a
+    session that runs out of time lands the cells that carry a target first. Two lengths: base at
+    1x (scored once: the packaged model), the 4x cells that carry a target, the rest. Three: every
+    1x and 4x cell has n rows, the longest n_other; SFT's 1x and 4x, then RL's 4x, truncation
+    beside it, the longest length, RL's 1x, SFT's longest. Then the other RL seeds and each
+    ablation at 4x."""
+    one, four, *longer = lengths
+    if not longer:
+        cells = [Cells("base", "memagent", one, n), Cells("sft", "memagent", four, n), Cells("rl", "memagent", four, n),
+                 Cells("rl", "truncation", four, n), Cells("sft", "memagent", one, n),
+                 Cells("rl", "memagent", one, n_other), Cells("sft", "truncation", four, n_other),
+                 Cells("base", "memagent", four, n_other)]
+    else:
+        (far,) = longer
+        cells = [Cells("base", "memagent", one, n), Cells("sft", "memagent", one, n), Cells("sft", "memagent", four, n),
+                 Cells("rl", "memagent", four, n), Cells("rl", "truncation", four, n),
+                 Cells("rl", "memagent", far, n_other), Cells("rl", "truncation", far, n_other),
+                 Cells("rl", "memagent", one, n), Cells("rl", "truncation", one, n),
+                 Cells("sft", "memagent", far, n_other)]
+    return [*cells, *(Cells(seed_model(s), "memagent", four, n) for s in range(1, seeds)),
             *(Cells(f"rl-{a}", "memagent", four, n) for a in ABLATIONS)]
+
+
+def seed_model(seed: int) -> str:
+    """RL's model name for learn.seed=SEED from the same SFT weights (seed 0 is `rl`)."""
+    return f"rl-seed{seed}" if seed else "rl"
 
 
 def sh(cmd: list[str]) -> str:
@@ -216,7 +257,7 @@ def scores(folder: Path, task: str, length: str, method: str, score: str = "stri
 LENIENT = "sub_em (paper's, lenient)"
 
 
-def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str]) -> dict:
+def summarize(done: dict[Cells, Path], tasks: list[str], suite: Suite, seeds: int) -> dict:
     by_score: dict = {"strict": {}, "f1": {}, "sub_em": {}}
     for cells, folder in done.items():
         table = table_of(folder)
@@ -229,14 +270,36 @@ def summarize(done: dict[Cells, Path], tasks: list[str], lengths: tuple[str, str
                 out.setdefault(task, {}).setdefault(cells.length, {})[label] = points(cell, score)
     strict = by_score["strict"]
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
-    paired = pairs(by, tasks, "sft", "rl", lengths)
-    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", lengths[1:]))}
+    four = suite.lengths[1]
+    paired = pairs(by, tasks, "sft", "rl", suite.lengths)
+    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", (four,)))}
     means = {model: {t: {ln: v[model][0] for ln, v in strict.get(t, {}).items() if model in v} for t in tasks}
              for model in ("base", "sft", "rl")}
-    scored = {c.name: json.loads((f / "model.json").read_text())["fingerprint"] for c, f in done.items()
-              if (f / "model.json").exists()}
+    cells = {c.name: json.loads((f / "model.json").read_text()) for c, f in done.items() if (f / "model.json").exists()}
+    per_seed = [{"seed": s, "model": seed_model(s), "paired_rl_minus_sft": {t: d[four] for t, d in found.items()}}
+                for s in range(seeds) if (found := pairs(by, tasks, "sft", seed_model(s), (four,)))]
+    seeds_out = {"rl_seeds": per_seed, "rl_seeds_spread": {
+        t: spread([p["paired_rl_minus_sft"][t] for p in per_seed if t in p["paired_rl_minus_sft"]]) for t in tasks}
+    } if seeds > 1 else {}
     return {"score": "strict", **means, "strict": strict, **({"f1": by_score["f1"]} if by_score["f1"] else {}),
-            LENIENT: by_score["sub_em"], "paired_rl_minus_sft": paired, "ablations": ablations, "scored": scored}
+            LENIENT: by_score["sub_em"], "paired_rl_minus_sft": paired, "ablations": ablations, **seeds_out,
+            **({"targets": targets(by, tasks, suite, per_seed, seeds)} if suite.targets else {}),
+            "scored": {name: c["fingerprint"] for name, c in cells.items()},
+            "eval_minutes": {name: c["minutes"] for name, c in cells.items() if "minutes" in c}}
+
+
+def targets(by: dict, tasks: list[str], suite: Suite, per_seed: list[dict], seeds: int) -> dict:
+    """{task: {target: {"figure", "verdict"}}} from the landed cells (learning_targets.judge)."""
+    one, far = suite.lengths[0], suite.lengths[-1]
+
+    def mean(task: str, key: tuple[str, str, str]) -> float | None:
+        return points(table_of(by[key])[task][key[2]][key[1]])[0] if key in by else None
+
+    return {task: judge(suite.targets, suite.lengths, diff(by, task, ("base", "memagent", one), ("sft", "memagent", one)),
+                        diff(by, task, ("rl", "truncation", far), ("rl", "memagent", far)),
+                        mean(task, ("rl", "memagent", far)), mean(task, ("rl", "memagent", one)),
+                        [p["paired_rl_minus_sft"][task] for p in per_seed if task in p["paired_rl_minus_sft"]], seeds)
+            for task in tasks}
 
 
 def table_of(folder: Path) -> dict:
@@ -271,17 +334,22 @@ def ladder_plot(folder: Path, base: list[Path], out: Path) -> Path:
     return plot(summary, list(table), lengths, ["memagent", "truncation", "base"], out)
 
 
+def diff(by: dict, task: str, before: tuple[str, str, str], after: tuple[str, str, str]) -> list | None:
+    """after - before (strict), paired over the rows both cells scored: [mean, lo, hi, n] in points;
+    None when a cell is missing or they share no rows. Keys are (model, method, length)."""
+    if before not in by or after not in by:
+        return None
+    m, lo, hi, n = paired_diff(scores(by[before], task, before[2], before[1]), scores(by[after], task, after[2], after[1]))
+    return [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n] if n else None
+
+
 def pairs(by: dict, tasks: list[str], before: str, after: str, lengths: tuple[str, ...]) -> dict:
-    """after - before (strict), paired over the memory agent's shared rows: {task: {length: [mean, lo, hi, n]}}
-    (points)."""
+    """after - before, the memory agent's cells at each length: {task: {length: [mean, lo, hi, n]}} (points)."""
     out: dict = {}
     for task in tasks:
         for length in lengths:
-            if (before, "memagent", length) in by and (after, "memagent", length) in by:
-                m, lo, hi, n = paired_diff(scores(by[before, "memagent", length], task, length, "memagent"),
-                                           scores(by[after, "memagent", length], task, length, "memagent"))
-                if n:  # no shared rows: a cell scored on other tasks (--tasks)
-                    out.setdefault(task, {})[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), n]
+            if d := diff(by, task, (before, "memagent", length), (after, "memagent", length)):
+                out.setdefault(task, {})[length] = d  # none: a cell scored on other tasks (--tasks)
     return out
 
 
@@ -299,16 +367,19 @@ def against(done: dict[Cells, Path], previous: Path, tasks: list[str]) -> dict:
     return out
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--stages", default="sft,rl,eval", help=f"sft, rl, eval and the ablations: {', '.join(ABLATIONS)}")
+    p.add_argument("--stages", default="sft,rl,eval",
+                   help=f"sft, rl, seeds (RL's other seeds), eval and the ablations: {', '.join(ABLATIONS)}")
     p.add_argument("--suite", choices=list(SUITES), default="needles")
     p.add_argument("--tasks", help="default: the suite's")
     p.add_argument("--n", type=int, help="rows of the cells that carry a target (default: the suite's, 200 for needles)")
     p.add_argument("--n-other", type=int, help="rows of the other cells (default 64)")
     p.add_argument("--sft-steps", type=int)
     p.add_argument("--rl-steps", type=int)
+    p.add_argument("--rl-seeds", type=int, default=3, help="RL runs from the same SFT weights with the seeds stage, "
+                   "learn.seed 0 (rl) to N-1 (rl-seed1, ...), each scored at 4x (default 3; --quick 2)")
     p.add_argument("--models", help="evaluate only these models' cells, e.g. rl-rollout_mean (default: every trained one)")
     p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
     p.add_argument("--previous", help="another run's results folder: each model's memory-agent cells paired "
@@ -318,54 +389,125 @@ def main() -> None:
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "learning"))
     args = p.parse_args()
+    if args.rl_seeds < 1:
+        sys.exit(f"learning: --rl-seeds {args.rl_seeds}: at least 1")
+    if args.quick and args.rl_seeds == 3:
+        args.rl_seeds = 2
+    return args
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one model is trained: its preset kind, the stage that trains it, its changes to the preset."""
+
+    kind: str  # sft | rl (from the SFT model)
+    stage: str
+    change: tuple[str, ...] = ()
+
+
+def recipes(seeds: int) -> dict[str, Recipe]:
+    return {"sft": Recipe("sft", "sft"), "rl": Recipe("rl", "rl"),
+            **{seed_model(s): Recipe("rl", "seeds", (f"learn.seed={s}",)) for s in range(1, seeds)},
+            **{f"rl-{a}": Recipe("rl", a, tuple(change)) for a, change in ABLATIONS.items()}}
+
+
+class Models:
+    """The run's models by name, each trained (or read back from its done.json) when first asked
+    for, so training and evaluation interleave in plan order."""
+
+    def __init__(self, args: argparse.Namespace, suite: Suite, work: Path, results: Path, tasks: str):
+        self.args, self.suite, self.work, self.results, self.tasks = args, suite, work, results, tasks
+        self.stages = set() if args.rescore else set(args.stages.split(","))
+        self.recipes = recipes(args.rl_seeds)
+        self.paths, self.runs = {"base": "smollm2"}, {}
+
+    def get(self, name: str) -> str | None:
+        """NAME's weights; None when its stage is not selected and it was never trained."""
+        if name in self.paths or name not in self.recipes:
+            return self.paths.get(name)
+        r = self.recipes[name]
+        if r.stage not in self.stages and not (self.work / name / "done.json").exists():
+            return None
+        extra = [*self.suite.quick] if self.args.quick else []
+        if r.kind == "rl":
+            if (sft := self.get("sft")) is None:
+                sys.exit(f"learning: {name} starts from the SFT model: add sft to --stages (none in {self.work})")
+            extra += [f"model.path={sft}", *r.change]
+        a = self.args
+        steps = (a.sft_steps or (4 if a.quick else self.suite.steps[0])) if r.kind == "sft" else \
+            (a.rl_steps or (2 if a.quick else self.suite.steps[1]))
+        self.runs[name] = train(r.kind, self.suite, self.work, self.tasks, steps, extra, name)
+        self.paths[name] = self.runs[name]["model"]
+        keep_record(self.work / name, self.results, name)
+        return self.paths[name]
+
+
+def keep_record(out: Path, results: Path, name: str) -> None:
+    """A training's done.json, wall times and curve beside its cells (RESULTS/NAME-*), to commit."""
+    import shutil
+
+    results.mkdir(parents=True, exist_ok=True)
+    for f, kept in (("done.json", "done.json"), ("wall.jsonl", "wall.jsonl"), ("curve.png", "curve.png")):
+        if (out / f).exists():
+            shutil.copyfile(out / f, results / f"{name}-{kept}")
+
+
+def write_summary(args: argparse.Namespace, suite: Suite, models: Models, results: Path, tasks: str) -> dict:
+    """RESULTS/summary.json from every landed cell (written after each cell, so a stopped run has one)."""
+    n, n_other = cell_sizes(args, suite)
+    cells = plan(n, n_other, suite.lengths, args.rl_seeds)
+    done = {c: results / c.name for c in cells if (results / c.name / "summary.json").exists()}
+    summary = {**summarize(done, tasks.split(","), suite, args.rl_seeds), "ladder": ladders(results, n_other),
+               **({"paired_vs_previous": against(done, Path(args.previous), tasks.split(","))} if args.previous else {}),
+               "models": models.paths, "train_minutes": {k: r.get("minutes") for k, r in models.runs.items()}}
+    old = json.loads((results / "summary.json").read_text()) if (results / "summary.json").exists() else {}
+    if args.rescore:  # what rescoring cannot recompute (the models trained, their minutes) stays as it was
+        summary = {**{k: v for k, v in old.items() if k in ("models", "train_minutes", "paired_vs_previous")},
+                   **{k: v for k, v in summary.items() if k not in ("models", "train_minutes")}}
+    else:  # models trained by an earlier invocation of this run keep their minutes
+        summary["train_minutes"] = {**old.get("train_minutes", {}), **summary["train_minutes"]}
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def cell_sizes(args: argparse.Namespace, suite: Suite) -> tuple[int, int]:
+    n, n_other = suite.quick_n if args.quick else suite.n
+    return args.n or n, args.n_other or n_other
+
+
+def main() -> None:
+    args = arguments()
     suite = SUITES[args.suite]
     tasks = args.tasks or suite.tasks
-    n, n_other = args.n or (16 if args.quick else suite.n[0]), args.n_other or (16 if args.quick else suite.n[1])
-    sft_steps = args.sft_steps or (4 if args.quick else suite.steps[0])
-    rl_steps = args.rl_steps or (2 if args.quick else suite.steps[1])
     work, results = Path(args.work) / suite.folder, Path(args.results) / suite.folder
     work.mkdir(parents=True, exist_ok=True)
-    stages = set() if args.rescore else set(args.stages.split(","))
     if args.rescore:
         from pipelines.eval.rescore import eval_folders, rescore
 
         for folder in eval_folders(results):
             rescore(folder)
-    runs, models = {}, {"base": "smollm2"}
+    models = Models(args, suite, work, results, tasks)
+    n, n_other = cell_sizes(args, suite)
     lad = ladder(args.ladder, suite.lengths[0], n_other) if args.ladder else None
-    if "sft" in stages or (work / "sft" / "done.json").exists():
-        runs["sft"] = train("sft", suite, work, tasks, sft_steps, [])
-        models["sft"] = runs["sft"]["model"]
-    if "rl" in stages or (work / "rl" / "done.json").exists():
-        runs["rl"] = train("rl", suite, work, tasks, rl_steps, [f"model.path={models['sft']}"])
-        models["rl"] = runs["rl"]["model"]
-    for a, change in ABLATIONS.items():
-        if a in stages or (work / f"rl-{a}" / "done.json").exists():
-            runs[f"rl-{a}"] = train("rl", suite, work, tasks, rl_steps, [f"model.path={models['sft']}", *change],
-                                  f"rl-{a}")
-            models[f"rl-{a}"] = runs[f"rl-{a}"]["model"]
-    if "eval" in stages:
-        for c in plan(n, n_other, suite.lengths):
-            if c.model in models and (not args.models or c.model in args.models.split(",")):
-                evaluate(c, models[c.model], results, tasks, suite.agent)
+    if "eval" in models.stages:
+        for c in plan(n, n_other, suite.lengths, args.rl_seeds):
+            if (not args.models or c.model in args.models.split(",")) and (model := models.get(c.model)):
+                evaluate(c, model, results, tasks, suite.agent)
+                write_summary(args, suite, models, results, tasks)
         if args.ladder:
-            if args.ladder not in models:
-                sys.exit(f"learning: --ladder {args.ladder}: no trained model of that name in {work} ({', '.join(models)})")
-            evaluate(lad, models[args.ladder], results, tasks, suite.agent)
-    done = {c: results / c.name for c in plan(n, n_other, suite.lengths) if (results / c.name / "summary.json").exists()}
-    summary = {**summarize(done, tasks.split(","), suite.lengths), "ladder": ladders(results, n_other),
-               **({"paired_vs_previous": against(done, Path(args.previous), tasks.split(","))} if args.previous else {}),
-               "models": models,
-               "train_minutes": {k: r.get("minutes") for k, r in runs.items()}}
-    if args.rescore:  # what rescoring cannot recompute (the models trained, their minutes) stays as it was
-        old = json.loads((results / "summary.json").read_text()) if (results / "summary.json").exists() else {}
-        summary = {**{k: v for k, v in old.items() if k in ("models", "train_minutes", "paired_vs_previous")},
-                   **{k: v for k, v in summary.items() if k not in ("models", "train_minutes")}}
-    results.mkdir(parents=True, exist_ok=True)
+            if (model := models.get(args.ladder)) is None:
+                sys.exit(f"learning: --ladder {args.ladder}: no trained model of that name in {work} ({', '.join(models.paths)})")
+            evaluate(lad, model, results, tasks, suite.agent)
+    for name in models.recipes:  # the selected stages no cell asked for (e.g. --stages sft,rl)
+        models.get(name)
+    summary = write_summary(args, suite, models, results, tasks)
     if lad and (results / lad.name / "summary.json").exists():
-        base = [f for c, f in done.items() if c.model == "base" and c.method == "memagent"]
+        base = [results / c.name for c in plan(n, n_other, suite.lengths)
+                if c.model == "base" and c.method == "memagent" and (results / c.name / "summary.json").exists()]
         ladder_plot(results / lad.name, base, results / "ladder.png")
-    (results / "summary.json").write_text(json.dumps(summary, indent=1))
+    for line in lines(summary.get("targets", {})):
+        print(line)
     finish(summary)
 
 
