@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from pipelines.agent.config import AgentConfig
 from pipelines.cluster.config import ClusterConfig
+from pipelines.data.config import DataConfig
 from pipelines.engine.config import EngineConfig
 from pipelines.errors import UserError
 from pipelines.eval.config import EvalConfig
@@ -55,6 +56,7 @@ class Config(Strict):
     engine: EngineConfig = EngineConfig()
     agent: AgentConfig = AgentConfig()
     s3: S3Config = S3Config()
+    data: DataConfig = DataConfig()
     serve: ServeConfig = ServeConfig()
     track: TrackConfig = TrackConfig()
     eval: EvalConfig = EvalConfig()
@@ -147,12 +149,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Co
     return validate(tree, str(path))
 
 
+# Keys that moved: a config that still names one is told where it went, not only that it is unknown.
+MOVED = {"ingest.store": "data.store", "rollout.store": "data.store", "eval.store": "data.store"}
+
+
 def validate(tree: dict, source: str) -> Config:
     try:
         return Config.model_validate(tree)
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden" and key in MOVED:
+            raise UserError(f"config '{source}': '{key}' is gone; the chunk store is '{MOVED[key]}' now")
         if err["type"] == "extra_forbidden":
             raise UserError(f"config '{source}': unknown key '{key}'")
         raise UserError(f"config '{source}': '{key}': {err['msg']}")

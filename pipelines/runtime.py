@@ -119,16 +119,14 @@ def worker_env(**overrides: str) -> dict[str, str]:
 
 def portable(cfg: Config) -> Config:
     """`cfg` as a process on another node (or with another working directory) must see it: the
-    home this driver uses made absolute (a node without MEMAGENT_HOME uses it), every chunk
-    store's local path made absolute (s3:// unchanged)."""
+    home this driver uses made absolute (a node without MEMAGENT_HOME uses it), the chunk
+    store's local path (data.store, serve.store) made absolute (s3:// unchanged)."""
     from pipelines.storage import absolute_uri
 
     def stored(section):
         return section.model_copy(update={"store": absolute_uri(section.store)}) if section.store else section
 
-    return cfg.model_copy(update={"home": str(cfg.home_path), "ingest": stored(cfg.ingest),
-                                  "rollout": stored(cfg.rollout), "eval": stored(cfg.eval),
-                                  "serve": stored(cfg.serve)})
+    return cfg.model_copy(update={"home": str(cfg.home_path), "data": stored(cfg.data), "serve": stored(cfg.serve)})
 
 
 def free_port() -> int:

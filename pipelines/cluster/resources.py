@@ -119,9 +119,8 @@ def engine_problem(cfg: Config, rollout: Placement) -> str | None:
 
 def shared_paths(cfg: Config) -> dict[str, str]:
     """Where a worker on any node reads or writes: each must be shared storage on a cluster."""
-    paths = {"ingest.store": cfg.ingest.store, "serve.state_dir": cfg.serve.state_dir or "HOME/serve"}
-    for key, value in (("rollout.store", cfg.rollout.store), ("serve.store", cfg.serve.store),
-                       ("track.tracking_uri", cfg.track.tracking_uri)):
+    paths = {"data.store": cfg.data.store, "serve.state_dir": cfg.serve.state_dir or "HOME/serve"}
+    for key, value in (("serve.store", cfg.serve.store), ("track.tracking_uri", cfg.track.tracking_uri)):
         if value:
             paths[key] = value
     if kind_of(cfg.model.path) == "folder":

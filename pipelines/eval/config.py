@@ -15,8 +15,6 @@ class EvalConfig(Strict):
     seed: int = 0
     # Task rows (parquet file or folder, local or s3://); None: built on the fly for `seed`.
     dataset: str | None = None
-    # Chunk store for rows that reference documents by doc_id; None: rollout.store, else ingest.store.
-    store: str | None = None
     # Results folder (local or s3://); None: HOME/eval/<model name>-<seed>.
     out: str | None = None
     # memagent: the memory loop; truncation: one turn over as much of the document as fits the

@@ -74,13 +74,11 @@ def check_budgets(cfg: Config) -> None:
 
 def rollout_config(cfg: Config) -> Config:
     """The rollout settings the evaluation's workers and service run under: eval.concurrency loops
-    per worker, a buffer that holds them all, documents of doc_id rows from eval.store when given.
-    How a row is sampled (the agent's temperature, the default verifier) is the RolloutSpec of
-    run_method; run_groups runs one sample per row with no staleness bound and no drop."""
+    per worker, a buffer that holds them all (documents of doc_id rows from data.store, as every
+    stage's). How a row is sampled (the agent's temperature, the default verifier) is the
+    RolloutSpec of run_method; run_groups runs one sample per row with no staleness bound and no drop."""
     e, r = cfg.eval, cfg.rollout
     update = {"loops_per_worker": e.concurrency, "buffer_groups": r.workers * e.concurrency}
-    if e.store:
-        update["store"] = e.store
     return cfg.model_copy(update={"rollout": r.model_copy(update=update)})
 
 
@@ -217,9 +215,9 @@ def main(cfg: Config, workers: list | None = None) -> dict:
     todo = [c for c in cells if not has_cell(cell_uri(out, *c))]
     print(f"eval: {len(cells) - len(todo)} of {len(cells)} cells already done in {out}", file=logs.console())
     tracker = create_tracker(cfg)
-    tags = {"dataset": cfg.eval.dataset, "store": cfg.eval.store, "eval_out": out}
+    tags = {"dataset": cfg.eval.dataset, "store": cfg.data.store, "eval_out": out}
     with command_run(tracker, cfg, "eval", tags=tags):
-        tracker.log_datasets(refs(HELD_OUT, cfg.eval.dataset, cfg.eval.store or cfg.rollout.store))
+        tracker.log_datasets(refs(HELD_OUT, cfg.eval.dataset, cfg.data.store))
         if todo:
             run_cells(cfg, out, todo, tracker, workers)
         result = finalize(cfg, out, tracker)
@@ -233,7 +231,7 @@ def add_arguments(p) -> None:
     p.add_argument("--n", type=int, help="questions per task and length")
     p.add_argument("--seed", type=int)
     p.add_argument("--dataset", help="task rows (parquet file or folder, local or s3://)")
-    p.add_argument("--store", help="chunk store for rows that reference documents by doc_id")
+    p.add_argument("--store", help="chunk store for rows that reference documents by doc_id (default: data.store)")
     p.add_argument("--out", help="results folder (local or s3://); re-runs skip finished cells")
     p.add_argument("--methods", help="comma-separated: memagent,truncation,full")
 
@@ -245,9 +243,11 @@ def apply_args(cfg: Config, args) -> Config:
     for key in ("tasks", "lengths", "methods"):
         if getattr(args, key):
             tree["eval"][key] = [x.strip() for x in getattr(args, key).split(",") if x.strip()]
-    for key in ("n", "seed", "dataset", "store", "out"):
+    for key in ("n", "seed", "dataset", "out"):
         if getattr(args, key) is not None:
             tree["eval"][key] = getattr(args, key)
+    if args.store is not None:
+        tree["data"]["store"] = args.store
     return validate(tree, "command line")
 
 

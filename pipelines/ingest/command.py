@@ -17,7 +17,7 @@ from pipelines.errors import UserError
 
 def add_arguments(p) -> None:
     p.add_argument("--source", required=True, help="s3://bucket/prefix, a local folder, file or glob")
-    p.add_argument("--store", help="chunk store URI (default: ingest.store)")
+    p.add_argument("--store", help="chunk store URI (default: data.store)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
 
@@ -29,7 +29,7 @@ def run(cfg, args) -> None:
     from pipelines.track import metrics as m
     from pipelines.track.tracker import command_run, create_tracker
 
-    store = args.store or cfg.ingest.store
+    store = args.store or cfg.data.store
     tracker = create_tracker(cfg)
     with (command_run(tracker, cfg, "ingest", tags={"source": args.source, "store": store}),
           Progress("ingest", unit="object") as bar):

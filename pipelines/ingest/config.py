@@ -1,4 +1,4 @@
-"""Typed config of the `ingest:` section (chunk store, formats, workers)."""
+"""Typed config of the `ingest:` section (formats, workers; the store it writes is data.store)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ DEFAULT_PATTERNS = ("*.txt", "*.md", "*.jsonl", "*.jsonl.gz", "*.parquet")
 
 
 class IngestConfig(Strict):
-    # Where `memagent ingest` / `data build` put chunks when --store is not given.
-    store: str = ".memagent/store"
     # Tokens per stored chunk: a storage unit; readers re-slice to the agent's chunk_size.
     chunk_size: int = Field(1024, gt=0)
     # Field / column holding the document text (jsonl, parquet); optional id field.

@@ -24,13 +24,13 @@ def add_arguments(p) -> list:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--split", default="eval", choices=["train", "eval"])
     b.add_argument("--out", required=True, help="task rows: a .parquet file or a folder, local or s3://")
-    b.add_argument("--store", help="chunk store for the documents (default: ingest.store)")
+    b.add_argument("--store", help="chunk store for the documents (default: data.store)")
     b.add_argument("--haystack", default="noise", choices=["noise", "essay"], help="RULER haystack")
     b.add_argument("--values", default="numbers", choices=["numbers", "uuids"], help="RULER needle values")
     i = sub.add_parser("import", help="import your own QA rows (jsonl or parquet) as task rows")
     i.add_argument("--input", required=True, help="a .jsonl(.gz) or .parquet file of QA rows, local or s3://")
     i.add_argument("--out", required=True, help="task rows: a .parquet file or a folder, local or s3://")
-    i.add_argument("--store", help="chunk store for the documents (default: ingest.store)")
+    i.add_argument("--store", help="chunk store for the documents (default: data.store)")
     i.add_argument("--task", default="import", help="task name written in every row")
     i.add_argument("--split", default="train", choices=["train", "eval"], help="split of rows that name none")
     return [b, i]
@@ -40,7 +40,7 @@ def run(cfg, args) -> None:
     if args.data_command == "import":
         from pipelines.ingest.user_data import ImportRequest, import_rows
 
-        req = ImportRequest(input=args.input, out=args.out, store=args.store or cfg.ingest.store,
+        req = ImportRequest(input=args.input, out=args.out, store=args.store or cfg.data.store,
                             task=args.task, split=args.split)
         summary = import_rows(req, cfg)
         for example in summary.examples:
@@ -50,7 +50,7 @@ def run(cfg, args) -> None:
     from pipelines.ingest.builders.build import BuildRequest
 
     req = BuildRequest(task=args.task, lengths=args.lengths, n=args.n, seed=args.seed, split=args.split,
-                       out=args.out, store=args.store or cfg.ingest.store, haystack=args.haystack,
+                       out=args.out, store=args.store or cfg.data.store, haystack=args.haystack,
                        values=args.values)
     print(build_with_progress(req, cfg).line())
 

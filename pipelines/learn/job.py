@@ -123,7 +123,7 @@ def log_inputs(cfg: Config, tracker, tasks: str, heldout: str | None) -> None:
         return
     from pipelines.track.datasets import HELD_OUT, TRAINING, refs
 
-    tracker.log_datasets([*refs(TRAINING, tasks, cfg.rollout.store or cfg.ingest.store), *refs(HELD_OUT, heldout)])
+    tracker.log_datasets([*refs(TRAINING, tasks, cfg.data.store), *refs(HELD_OUT, heldout)])
 
 
 def log_curve(history: list, out: str, sft: bool, tracker) -> None:

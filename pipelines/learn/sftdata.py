@@ -69,7 +69,7 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     model's reference (absolute_ref); each task resolves it on its own node for the tokenizer
     (an s3:// or models:/ model is fetched into that node's home), as the rollout workers do."""
     from pipelines.data.tasks import task_files
-    from pipelines.rollout.core import store_uri
+    from pipelines.data.config import store_uri
 
     # The files are listed here, and each task streams its file in small batches: no Ray
     # Data read (its listing task asks for a whole CPU, which a small machine whose CPUs the
@@ -103,7 +103,7 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
 def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
     """The held-back slice's conversations (small: built in one process)."""
     from pipelines.data.tasks import read_task_rows
-    from pipelines.rollout.core import store_uri
+    from pipelines.data.config import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
     if not rows:

@@ -63,8 +63,8 @@ def main(cfg: Config, fresh: bool = False) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     ledger = root / "stages.json"
     done = json.loads(ledger.read_text()) if ledger.exists() else {}
-    ingest = cfg.ingest.model_copy(update={"store": str(root / "store")})
-    run = Run(cfg.model_copy(update={"ingest": ingest}), root, done)
+    data = cfg.data.model_copy(update={"store": str(root / "store")})
+    run = Run(cfg.model_copy(update={"data": data}), root, done)
     started = time.perf_counter()
     tracker = create_tracker(run.cfg)
     try:

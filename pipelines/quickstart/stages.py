@@ -30,7 +30,7 @@ class Run:
 
     @property
     def store(self) -> str:
-        return str(self.root / "store")
+        return self.cfg.data.store
 
 
 def data(run: Run) -> dict:
@@ -60,7 +60,7 @@ def log_data(run: Run) -> None:
 def eval_config(run: Run, model: str, out: str) -> Config:
     q = run.cfg.quickstart
     e = run.cfg.eval.model_copy(update={
-        "dataset": str(run.root / "tasks" / "eval"), "store": run.store, "tasks": (q.task,),
+        "dataset": str(run.root / "tasks" / "eval"), "tasks": (q.task,),
         "lengths": (q.heldout_length,), "n": q.heldout_n, "methods": ("memagent",), "out": out})
     return run.cfg.model_copy(update={"eval": e, "model": run.cfg.model.model_copy(update={"path": model})})
 
@@ -169,7 +169,6 @@ def serve(run: Run) -> dict:
                 break
             f.write(json.dumps({"id": row.sample_id, "question": row.question, "doc_id": row.doc_id}) + "\n")
     model = run.done["register"]["model"]
-    serve_cfg = run.cfg.serve.model_copy(update={"store": run.store})
-    cfg = run.cfg.model_copy(update={"model": run.cfg.model.model_copy(update={"path": model}), "serve": serve_cfg})
+    cfg = run.cfg.model_copy(update={"model": run.cfg.model.model_copy(update={"path": model})})
     st = batch(cfg, str(inputs), str(folder / "output"), None)
     return {"job": st["job_id"], "rows": st["done"], "errors": st["errors"], "output": st["output"], "model": model}

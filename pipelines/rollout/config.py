@@ -31,8 +31,6 @@ class RolloutConfig(Strict):
     # Dotted path "module:function" or "module.function", called as f(response, answers) -> float.
     # None: strict_reward for one-of rows, recall_all of the boxed answer for all-of rows.
     reward: str | None = None
-    # Chunk store for rows that reference a doc_id (local folder or s3://); None: ingest.store.
-    store: str | None = None
     # How often Ray restarts a killed worker; its unfinished groups are re-run meanwhile.
     max_restarts: int = Field(4, ge=0)
     # Trajectories per parquet part written by `memagent rollout`.

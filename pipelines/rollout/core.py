@@ -23,7 +23,6 @@ from pipelines.data.tasks import task_chunks
 from pipelines.rollout.rewards import compute_reward, load_reward, with_turn_cost
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
-from pipelines.storage import absolute_uri
 
 
 @dataclass(frozen=True)
@@ -44,20 +43,12 @@ class RolloutSpec:
         return Sampling(temperature=self.temperature, top_p=self.top_p, seed=self.seed, logprobs=True)
 
 
-def store_uri(cfg: Any) -> str | None:
-    """rollout.store, else ingest.store; a relative local path made absolute here (the driver)."""
-    uri = cfg.rollout.store or getattr(getattr(cfg, "ingest", None), "store", None)
-    return absolute_uri(uri) if uri else uri
-
-
 def open_store(cfg: Any) -> Any:
     """The chunk store rows with a doc_id read from (opened lazily: inline rows never touch it)."""
-    uri = store_uri(cfg)
-    if not uri:
-        return None
+    from pipelines.data.config import store_uri
     from pipelines.data.store import ChunkStore
 
-    return ChunkStore(uri)
+    return ChunkStore(store_uri(cfg))
 
 
 class WorkerCore:

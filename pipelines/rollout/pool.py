@@ -7,20 +7,12 @@ from __future__ import annotations
 from pipelines.config import Config
 
 
-def pool_config(cfg: Config) -> Config:
-    """What the pool's workers start under. Their size is the rollout section's alone
-    (loops_per_worker, which RL's scheduler sizes for; an evaluation on the pool keeps
-    eval.concurrency loops per worker in flight through its own service); documents of doc_id
-    rows come from eval.store when it is given, as an evaluation's own workers read them."""
-    if not cfg.eval.store:
-        return cfg
-    return cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"store": cfg.eval.store})})
-
-
 class Pool:
     def __init__(self, cfg: Config):
-        """cfg: the job's config; the workers start under pool_config(cfg)."""
-        self.cfg, self.workers = pool_config(cfg), []
+        """cfg: the job's config, which the workers start under. Their size is the rollout section's
+        alone (loops_per_worker, which RL's scheduler sizes for; an evaluation on the pool keeps
+        eval.concurrency loops per worker in flight through its own service)."""
+        self.cfg, self.workers = cfg, []
 
     def load(self, model: str | None) -> list:
         """The workers (started if need be), every engine on `model` (None: the base model) as a

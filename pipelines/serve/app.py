@@ -18,6 +18,7 @@ import time
 
 from pipelines import runtime
 from pipelines.config import Config
+from pipelines.data.config import store_uri
 from pipelines.errors import UserError
 from pipelines.models import absolute_ref, config_model_dir
 from pipelines.serve.config import LOOPBACK
@@ -40,7 +41,7 @@ def check_binding(host: str, token: str | None, token_env: str) -> None:
 def allowed(cfg: Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(local roots, s3 prefixes) requests may name; defaults: the chunk store and HOME/jobs."""
     s = cfg.serve
-    store = s.store or cfg.ingest.store
+    store = store_uri(cfg, serving=True)
     paths = s.allowed_paths
     if paths is None:
         paths = ([] if is_s3(store) else [store]) + [str(cfg.home_path / "jobs")]
@@ -77,7 +78,8 @@ def build_app(cfg: Config, model: str | None = None):
 
     s, there = cfg.serve, runtime.portable(cfg)
     paths, prefixes = allowed(cfg)
-    serve_cfg = there.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
+    serve_cfg = there.serve.model_copy(update={"store": store_uri(there, serving=True), "allowed_paths": paths,
+                                               "allowed_s3_prefixes": prefixes})
     from pipelines.serve.follow import Follow, alias_of
     from pipelines.track.tracker import default_tracking_uri
 
@@ -154,7 +156,7 @@ def main(cfg: Config, model: str | None, host: str | None, port: int | None) -> 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", help="model name, HF folder, s3:// checkpoint or models:/NAME/VERSION")
-    p.add_argument("--store", help="chunk store for doc_id documents (folder or s3://)")
+    p.add_argument("--store", help="chunk store for doc_id documents (folder or s3://; default: data.store)")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
 

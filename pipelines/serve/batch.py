@@ -97,7 +97,7 @@ def add_arguments(p) -> None:
     p.add_argument("--input", required=True, help="parquet/jsonl rows: file, folder or s3:// URI")
     p.add_argument("--output", required=True, help="folder or s3:// prefix for the parquet shards")
     p.add_argument("--server", help="URL of a running `memagent serve` (default: start one here)")
-    p.add_argument("--store", help="chunk store for doc_id rows (folder or s3://; default: serve.store)")
+    p.add_argument("--store", help="chunk store for doc_id rows (folder or s3://; default: serve.store, else data.store)")
     p.add_argument("--runner", choices=("serve", "data"), default="serve",
                    help="serve: through the Serve app (default); data: a Ray Data pipeline, no app")
 

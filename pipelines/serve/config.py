@@ -16,7 +16,7 @@ class ServeConfig(Strict):
     # Bound to a non-loopback host, the app refuses to start without it.
     token_env: str = "MEMAGENT_SERVE_TOKEN"
     app_name: str = "memagent"
-    # Chunk store for `doc_id` documents (local folder or s3://); None: doc_id is refused.
+    # Chunk store for `doc_id` documents (local folder or s3://); None: data.store.
     store: str | None = None
     # Local roots that a request's `uri` and a job's `input`/`output` may name, judged after
     # `..` and symlinks; None: the chunk store (if local) and HOME/jobs. [] allows none.

@@ -159,6 +159,7 @@ def actor_options(cfg: Config) -> dict:
 def replica_settings(cfg: Config) -> ReplicaSettings:
     """What each actor's AgentCore needs: the app's settings without a state folder (nothing to
     follow), the model pinned here, so that every actor serves the same version."""
+    from pipelines.data.config import store_uri
     from pipelines.models import check_remote_ref
     from pipelines.serve.app import allowed
     from pipelines.serve.follow import pin
@@ -173,7 +174,8 @@ def replica_settings(cfg: Config) -> ReplicaSettings:
     model = pin(check_remote_ref(cfg.model.path, "model"), tracking)
     paths, prefixes = allowed(cfg)
     there = runtime.portable(cfg)
-    serve = there.serve.model_copy(update={"allowed_paths": paths, "allowed_s3_prefixes": prefixes})
+    serve = there.serve.model_copy(update={"store": store_uri(there, serving=True), "allowed_paths": paths,
+                                           "allowed_s3_prefixes": prefixes})
     return ReplicaSettings(model, there.home, "", cfg.engine, cfg.agent, serve, tracking)
 
 

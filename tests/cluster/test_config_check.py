@@ -65,7 +65,7 @@ def test_json_is_one_object(capsys):
     (["cluster.groups.learner.gpus_per_node=0"], "learner: 16 workers x (8 CPUs, 1 GPU) in group 'learner' "
                                                  "(2 nodes x 88 CPUs, 0 GPUs): only 0 fit"),
     (["cluster.groups.rollout.nodes=3"], "cluster.groups: 5 nodes in all, more than cluster.nodes=4"),
-    (["ingest.store=/data/store"], "ingest.store '/data/store': a local path, but cluster.nodes=4"),
+    (["data.store=/data/store"], "data.store '/data/store': a local path, but cluster.nodes=4"),
     (["serve.state_dir="], "serve.state_dir 'HOME/serve': a local path"),
 ])
 def test_each_resource_problem_is_one_line(capsys, overrides, expected):

@@ -35,7 +35,7 @@ STORE, TASKS, MODEL = f"{ROOT}/store", f"{ROOT}/tasks", f"{ROOT}/model"
 TASK, LENGTH, N_DOCS = "multinode", "256", 3
 PLACED = ("RolloutWorker", "RayTrainWorker")  # the actors that must run on node b, never on the head
 COMMON = [f"model.path={MODEL}", "engine.kind=hf", "engine.dtype=float32", "agent.chunk_size=128",
-          "agent.memory_budget=8", "agent.final_budget=8", f"ingest.store={STORE}",
+          "agent.memory_budget=8", "agent.final_budget=8", f"data.store={STORE}",
           "rollout.worker_resources={node_b: 1}", "rollout.group_size=2", "rollout.loops_per_worker=4",
           "rollout.batch_groups=1", "rollout.buffer_groups=2", "rollout.drop_equal_rewards=false",
           "learn.worker_resources={node_b: 1}", "learn.lr=1e-3", "eval.concurrency=4",

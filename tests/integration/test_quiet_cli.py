@@ -94,7 +94,7 @@ def test_rollout_keeps_ray_logs_out_of_its_output(tmp_path, cmd_home, tiny_model
     write_task_rows([needle_row(i, 3) for i in range(3)], tasks)
     proc = run_cli("rollout", "--tasks", tasks, "--out", str(tmp_path / "out"), "--keep-all", "engine.kind=hf",
                    f"model.path={tiny_model_dir}", *TINY, "rollout.group_size=2", "rollout.worker_num_cpus=0.5",
-                   f"rollout.store={tmp_path / 'store'}", env=env(cmd_home))
+                   f"data.store={tmp_path / 'store'}", env=env(cmd_home))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.splitlines()[-1])["groups"] == 3
     assert not any(OURS.match(line) or "WARNING" in line for line in proc.stdout.splitlines())

@@ -19,9 +19,3 @@ def test_continuous_training_pool_runs_the_loops_the_scheduler_plans_for():
     assert worker_options(pool.cfg)["max_concurrency"] == 1024  # Ray lets all their calls in at once
     planned = limits_of(cfg, cfg.rollout.workers)  # what the RL service dispatches per worker, in groups
     assert planned.groups_per_worker * cfg.rollout.group_size == pool.cfg.rollout.loops_per_worker
-
-
-def test_the_pool_reads_documents_where_the_evaluation_does():
-    cfg = load_config(None, ["eval.store=s3://b/eval-store", "rollout.loops_per_worker=48", "eval.concurrency=8"])
-    pool = rollout_pool(cfg)
-    assert pool.cfg.rollout.store == "s3://b/eval-store" and pool.cfg.rollout.loops_per_worker == 48

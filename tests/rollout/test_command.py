@@ -43,7 +43,7 @@ def test_rollout_writes_parquet_and_resumes(tmp_path, tasks, tiny_model_dir, tok
     out = str(tmp_path / "out")
     common = ["--tasks", tasks, "--out", out, "--keep-all", "engine.kind=hf", f"model.path={tiny_model_dir}",
               "agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "rollout.group_size=2",
-              "rollout.worker_num_cpus=0.5", "rollout.part_groups=1", f"rollout.store={tmp_path / 'store'}"]
+              "rollout.worker_num_cpus=0.5", "rollout.part_groups=1", f"data.store={tmp_path / 'store'}"]
     first = run_cli("rollout", *common, "--limit", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(first.stdout.strip().splitlines()[-1])["groups"] == 1

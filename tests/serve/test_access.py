@@ -92,6 +92,6 @@ def test_defaults_are_the_chunk_store_and_the_jobs_folder(tmp_path, monkeypatch)
         ((str(tmp_path / "store"), str(tmp_path / "home" / "jobs")), ())
     assert allowed(load_config(overrides=["serve.store=s3://b/store"])) == \
         ((str(tmp_path / "home" / "jobs"),), ("s3://b/store",))
-    assert allowed(load_config(overrides=["ingest.store=s3://b/chunks"]))[1] == ("s3://b/chunks",)
+    assert allowed(load_config(overrides=["data.store=s3://b/chunks"]))[1] == ("s3://b/chunks",)
     assert allowed(load_config(overrides=["serve.allowed_paths=[]", "serve.allowed_s3_prefixes=[s3://x]"])) == \
         ((), ("s3://x",))

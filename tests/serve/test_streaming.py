@@ -34,7 +34,7 @@ def served(tmp_path_factory, smollm2_dir):
         "engine.max_num_seqs=8",
         f"agent.chunk_size={CHUNK}", "agent.memory_budget=16", "agent.final_budget=16",
         "serve.replicas=1", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=1", "serve.max_queued_requests=8",
-        f"serve.state_dir={tmp_path_factory.mktemp('stream-state')}",
+        f"serve.state_dir={tmp_path_factory.mktemp('stream-state')}", f"data.store={tmp_path_factory.mktemp('empty-store')}",
         f"serve.allowed_paths=[{tmp_path_factory.getbasetemp()}]"])
     with running_app(cfg, TOKEN) as url:
         yield cfg, url
@@ -124,7 +124,7 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot(client, served, tokenize
 @pytest.mark.slow
 def test_a_bad_streamed_request_gets_its_4xx(client):
     r = client.post("/v1/answer", json={"question": QUESTION, "doc_id": "d1", "stream": True})
-    assert r.status_code == 400 and "no chunk store" in r.json()["error"]["message"]
+    assert r.status_code == 404 and "doc_id 'd1': not in store" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "stream": True,
                                                   "stop": ["a", "b", "c", "d", "e"]})
     assert r.status_code == 422 and "stop: at most 4" in r.json()["error"]["message"]

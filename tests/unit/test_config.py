@@ -16,11 +16,24 @@ def test_local_defaults_and_overrides():
     ("agent.chunk_size=-1", "'agent.chunk_size'"),
     ("engine.kind=tpu", "'engine.kind'"),
     ("agent.chunk_size", "expected key=value"),
+    ("ingest.store=s3://b/st", "'ingest.store' is gone; the chunk store is 'data.store' now"),
+    ("rollout.store=st", "'rollout.store' is gone; the chunk store is 'data.store' now"),
+    ("eval.store=st", "'eval.store' is gone; the chunk store is 'data.store' now"),
 ])
 def test_bad_config_is_one_named_line(override, needle):
     with pytest.raises(UserError) as e:
         load_config(None, [override])
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_one_chunk_store_which_serving_may_override(monkeypatch, tmp_path):
+    from pipelines.data.config import store_uri
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["data.store=st"])
+    assert store_uri(cfg) == store_uri(cfg, serving=True) == str(tmp_path / "st")
+    served = load_config(None, ["data.store=st", "serve.store=s3://b/sv"])
+    assert (store_uri(served), store_uri(served, serving=True)) == (str(tmp_path / "st"), "s3://b/sv")
 
 
 def test_missing_config_file(tmp_path):

@@ -29,12 +29,13 @@ def test_workers_get_the_s3_settings_and_the_named_variables_only(monkeypatch):
 def test_a_portable_config_names_the_drivers_home_and_stores_absolutely(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MEMAGENT_HOME", raising=False)
-    cfg = load_config(None, ["home=h", "ingest.store=st", "rollout.store=s3://b/st", "serve.store=sv"])
+    cfg = load_config(None, ["home=h", "data.store=st", "serve.store=sv"])
     there = runtime.portable(cfg)
     assert there.home == str(tmp_path / "h")
-    assert there.ingest.store == str(tmp_path / "st") and there.serve.store == str(tmp_path / "sv")
-    assert there.rollout.store == "s3://b/st" and there.eval.store is None
+    assert there.data.store == str(tmp_path / "st") and there.serve.store == str(tmp_path / "sv")
     assert Path(there.home).is_absolute() and runtime.portable(there) == there
+    s3 = runtime.portable(load_config(None, ["data.store=s3://b/st"]))
+    assert s3.data.store == "s3://b/st" and s3.serve.store is None
 
 
 def test_bounded_reports_a_call_that_does_not_return(monkeypatch):
