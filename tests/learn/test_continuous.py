@@ -73,6 +73,16 @@ def production(root: Path) -> int:
     return int(MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_by_alias(NAME, "production").version)
 
 
+def run_tree(root: Path) -> list[tuple[str, str]]:
+    """(each run's name, its parent's name or "" for a top-level run), sorted."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    names = {r.info.run_id: r.info.run_name for r in runs}
+    return sorted((r.info.run_name, names.get(r.data.tags.get("mlflow.parentRunId"), "")) for r in runs)
+
+
 def state(root: Path) -> dict:
     return json.loads((root / "out" / "continuous.json").read_text())
 
@@ -154,6 +164,11 @@ def test_continuous_training_registers_only_a_gain_and_survives_restarts(setup):
     err = run.stderr()
     assert "round 1: held-out" in err and "not registered" in err and f"registered models:/{NAME}/1" in err
     assert "95% interval" in err
+    # One run for the command, one nested run per round (its training's metrics), and under each
+    # round the held-out evaluations that decided it.
+    command = f"train --continuous sft-{base.name}"
+    assert run_tree(root) == sorted([(command, ""), ("round-001", command), ("round-002", command),
+                                     ("eval-heldout", "round-001"), ("eval-heldout", "round-002")])
 
     # A crash after round 2's version was registered, before the round was recorded: the
     # restart finds the version in the registry instead of registering it again, trains and
