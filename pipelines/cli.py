@@ -1,6 +1,8 @@
-"""The `memagent` command. Each subcommand lives in its stage's module, which provides
+"""The `memagent` command. Each subcommand lives in its package's `command.py`, which provides
 `add_arguments(parser)` (returning its leaf sub-parsers, if it has nested ones) and
-`run(cfg, args)`, and keeps heavy imports inside `run`.
+`run(cfg, args)`, and keeps heavy imports inside `run`; a package with two commands (ingest:
+ingest and data; serve: serve and batch) holds one class per command there, named
+`module:Class` below.
 
 Config: --config PRESET|FILE (a packaged preset's name such as rl-smollm2, or a YAML file; default
 the local preset) plus dotted overrides as trailing
@@ -28,18 +30,18 @@ import sys
 from pipelines import __version__, logs, runtime
 from pipelines.errors import UserError
 
-# name -> (module, help). Adding a command is one line here plus the module.
+# name -> (module or module:Class, help). Adding a command is one line here plus its command.py.
 COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("pipelines.quickstart.command", "the whole product: ingest, evaluate, train, register, serve"),
-    "ask": ("pipelines.ask", "answer a question over one document (local path or s3://)"),
+    "ask": ("pipelines.ask.command", "answer a question over one document (local path or s3://)"),
     "model": ("pipelines.models.command", "model store and registry (import built-ins, register a version)"),
-    "serve": ("pipelines.serve.app", "serve the agent over HTTP (Ray Serve): answers, batch jobs, OpenAI chat"),
-    "batch": ("pipelines.serve.batch", "run a batch QA job (on a running server, or start one here)"),
-    "eval": ("pipelines.eval.ladder", "accuracy against document length: memory agent vs baselines"),
-    "ingest": ("pipelines.ingest.command", "stream a corpus (local or s3://) into the chunk store"),
-    "data": ("pipelines.ingest.data_command", "build task datasets (data build), import your own QA rows (data import)"),
+    "serve": ("pipelines.serve.command:Serve", "serve the agent over HTTP (Ray Serve): answers, batch jobs, OpenAI chat"),
+    "batch": ("pipelines.serve.command:Batch", "run a batch QA job (on a running server, or start one here)"),
+    "eval": ("pipelines.eval.command", "accuracy against document length: memory agent vs baselines"),
+    "ingest": ("pipelines.ingest.command:Ingest", "stream a corpus (local or s3://) into the chunk store"),
+    "data": ("pipelines.ingest.command:Data", "build task datasets (data build), import your own QA rows (data import)"),
     "rollout": ("pipelines.rollout.command", "run rollout groups over task rows, write trajectories to parquet"),
-    "config": ("pipelines.cluster.check", "check a config without starting anything (keys, resources, window), or show it"),
+    "config": ("pipelines.cluster.command", "check a config without starting anything (keys, resources, window), or show it"),
     "train": ("pipelines.learn.command", "train the agent: SFT warm start (--sft) or Multi-Conv DAPO with rollout workers"),
     "plan": ("pipelines.plan.command", "what a run costs before it starts: tokens, seconds, steps/hour, accelerator-hours"),
 }
@@ -53,6 +55,13 @@ def add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE)
 
 
+def command(target: str):
+    """'module' or 'module:Class': what provides the command's add_arguments and run."""
+    module, _, name = target.partition(":")
+    found = importlib.import_module(module)
+    return getattr(found, name) if name else found
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memagent", description="Train and serve MemAgent memory agents on Ray.")
     p.add_argument("--config", help="a preset's name (rl-smollm2, ...) or a YAML file (default: the local preset)")
@@ -61,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        for leaf in importlib.import_module(module).add_arguments(sp) or [sp]:
+        for leaf in command(module).add_arguments(sp) or [sp]:
             add_overrides(leaf)
     return p
 
@@ -73,7 +82,7 @@ def dispatch(args: argparse.Namespace) -> None:
     logs.route(cfg.home_path, args.verbose)
     if cfg.s3.endpoint_url:
         os.environ["AWS_ENDPOINT_URL"] = cfg.s3.endpoint_url
-    importlib.import_module(COMMANDS[args.command][0]).run(cfg, args)
+    command(COMMANDS[args.command][0]).run(cfg, args)
 
 
 def main(argv: list[str] | None = None) -> int:

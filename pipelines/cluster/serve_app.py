@@ -31,7 +31,8 @@ class AppArgs(Strict):
 
 def app(args: dict):
     from pipelines.config import load_config
-    from pipelines.serve.app import build_app, check_binding, token_of
+    from pipelines.serve.app import build_app
+    from pipelines.serve.settings import check_binding, token_of
 
     try:
         a = AppArgs.model_validate(args)

@@ -1,4 +1,4 @@
-"""`memagent batch`: submit a batch QA job and follow it with a progress bar.
+"""What `memagent batch` (serve/command.py) runs: submit a batch QA job and follow it with a progress bar.
 
     memagent batch --input questions.jsonl --output results/ --server http://127.0.0.1:8000
     memagent batch --input s3://bucket/q.parquet --output s3://bucket/answers/   # starts the app here
@@ -72,8 +72,9 @@ def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> di
     if server:
         return run_job(Client(server, token), input_uri, output_uri)
     from pipelines.serve import app
+    from pipelines.serve.settings import with_allowed
 
-    url = app.start(app.with_allowed(cfg, input_uri, output_uri), port=runtime.free_port())
+    url = app.start(with_allowed(cfg, input_uri, output_uri), port=runtime.free_port())
     try:
         return run_job(Client(url, token), input_uri, output_uri)
     finally:
@@ -91,32 +92,3 @@ def report(st: dict) -> dict:
     if st["status"] != "done":
         raise UserError(f"job {st['job_id']}: {st['status']} ({st['message']})")
     return st
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--input", required=True, help="parquet/jsonl rows: file, folder or s3:// URI")
-    p.add_argument("--output", required=True, help="folder or s3:// prefix for the parquet shards")
-    p.add_argument("--server", help="URL of a running `memagent serve` (default: start one here)")
-    p.add_argument("--store", help="chunk store for doc_id rows (folder or s3://; default: serve.store, else data.store)")
-    p.add_argument("--runner", choices=("serve", "data"), default="serve",
-                   help="serve: through the Serve app (default); data: a Ray Data pipeline, no app")
-
-
-def run(cfg: Config, args) -> None:
-    from pipelines.models import config_model_dir
-    from pipelines.models.settings import with_model_settings
-
-    if args.server and args.store:
-        raise UserError("--store: not with --server (a running server reads its own store)")
-    if args.store:
-        cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"store": args.store})})
-    if not args.server:  # a running server uses its own
-        cfg = with_model_settings(cfg, config_model_dir(cfg), args.overrides)
-    if args.runner == "serve":
-        main(cfg, args.input, args.output, args.server)
-        return
-    if args.server:
-        raise UserError("--server: only with --runner serve (the data runner starts its own engines)")
-    from pipelines.serve import datarunner
-
-    report(datarunner.main(cfg, args.input, args.output))

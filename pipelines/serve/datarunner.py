@@ -31,9 +31,11 @@ import pyarrow as pa
 from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.serve.jobs import OutputRow, finished_shards, input_files, shard_counts, write_shard
+from pipelines.serve.jobs import finished_shards, input_files, shard_counts, write_shard
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.replica import AgentCore, ReplicaSettings
+from pipelines.serve.settings import check_store, replica_options, replica_settings, with_allowed
+from pipelines.serve.schema import OutputRow
 from pipelines.serve.shards import Shard, plan, read
 from pipelines.storage import absolute_uri, resolve
 
@@ -68,8 +70,6 @@ class ShardAnswerer:
 
 def main(cfg: Config, input_uri: str, output_uri: str) -> dict:
     """Run the job, or resume it; its status as the app reports a job's (JobState.public)."""
-    from pipelines.serve.app import with_allowed
-
     input_uri, output_uri = absolute_uri(input_uri), absolute_uri(output_uri)
     input_files(input_uri)  # a missing or unreadable input fails before anything is written
     cfg = with_allowed(cfg, input_uri, output_uri)
@@ -84,7 +84,7 @@ def run(cfg: Config, store: JobStore, state: JobState) -> None:
     from pipelines.progress import Progress
     from pipelines.track.tracker import create_tracker
 
-    settings = replica_settings(cfg)
+    settings = actor_settings(cfg)
     pending = _start(store, state)
     tracker = create_tracker(cfg)
     with (job_run(tracker, cfg, state, settings.model),
@@ -151,32 +151,19 @@ def answered(cfg: Config, settings: ReplicaSettings, state: JobState, shards: li
 def actor_options(cfg: Config) -> dict:
     """Placed as an agent replica is (serve.replica_cpus, its GPUs and resources), with the same
     environment from the driver."""
-    from pipelines.serve.app import replica_options
-
     return replica_options(cfg, runtime.worker_env())
 
 
-def replica_settings(cfg: Config) -> ReplicaSettings:
+def actor_settings(cfg: Config) -> ReplicaSettings:
     """What each actor's AgentCore needs: the app's settings without a state folder (nothing to
     follow), the model pinned here, so that every actor serves the same version."""
-    from pipelines.data.config import store_uri
     from pipelines.models import check_remote_ref
-    from pipelines.serve.app import allowed
     from pipelines.serve.follow import pin
     from pipelines.track.tracker import default_tracking_uri
 
-    s = cfg.serve
-    if s.store:
-        from pipelines.data.store import ChunkStore
-
-        ChunkStore(s.store)  # a bad store fails here, in one line
-    tracking = default_tracking_uri(cfg.home_path, cfg.track)
-    model = pin(check_remote_ref(cfg.model.path, "model"), tracking)
-    paths, prefixes = allowed(cfg)
-    there = runtime.portable(cfg)
-    serve = there.serve.model_copy(update={"store": store_uri(there, serving=True), "allowed_paths": paths,
-                                           "allowed_s3_prefixes": prefixes})
-    return ReplicaSettings(model, there.home, "", cfg.engine, cfg.agent, serve, tracking)
+    check_store(cfg)
+    model = pin(check_remote_ref(cfg.model.path, "model"), default_tracking_uri(cfg.home_path, cfg.track))
+    return replica_settings(cfg, model, "")
 
 
 @contextlib.contextmanager

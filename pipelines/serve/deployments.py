@@ -14,10 +14,9 @@ from contextlib import aclosing
 
 from ray import serve
 
-from pipelines.serve.jobs import OutputRow
 from pipelines.serve.manager import JobManager
 from pipelines.serve.replica import AgentCore, ReplicaSettings
-from pipelines.serve.schema import Reply
+from pipelines.serve.schema import OutputRow, Reply
 from pipelines.serve.tracking import ServeTracking
 
 

@@ -8,6 +8,9 @@ where the app's Access rule allows (serve.allowed_paths), at the path it resolve
 Each document counts how much of it the loop has read, for progress: tokens out of its
 length (inline text, a stored doc_id), or for a streamed URI, whose length in tokens is
 unknown until its end, bytes out of the object's size.
+
+A document that cannot be read raises a DocumentError of some `kind` (domain errors, no HTTP
+here): the gateway alone turns a kind into a status (gateway.DOCUMENT_STATUS).
 """
 
 from __future__ import annotations
@@ -21,11 +24,34 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.errors import UserError
 from pipelines.serve.access import Access
 from pipelines.serve.config import ServeConfig
-from pipelines.serve.schema import ServeError
 from pipelines.storage import file_info, read_text_blocks
 
 # A UTF-8 token is rarely longer than this many bytes: larger objects fail before reading.
 MAX_BYTES_PER_TOKEN = 16
+
+
+class DocumentError(UserError):
+    """A request's document that cannot be read: empty, unreadable, or no store to read it from."""
+
+    kind = "invalid"
+
+
+class NoDocument(DocumentError):
+    """A request that names no document at all."""
+
+    kind = "missing"
+
+
+class DocumentNotFound(DocumentError):
+    """A doc_id the chunk store does not hold."""
+
+    kind = "not_found"
+
+
+class DocumentTooLong(DocumentError):
+    """A document over serve.max_doc_tokens (known before reading, or found while streaming)."""
+
+    kind = "too_long"
 
 
 @dataclass(frozen=True)
@@ -55,7 +81,7 @@ def capped(chunks: Iterable[list[int]], limit: int, name: str) -> Iterator[list[
     for chunk in chunks:
         seen += len(chunk)
         if seen > limit:
-            raise ServeError(f"{name}: longer than max_doc_tokens={limit}", 413)
+            raise DocumentTooLong(f"{name}: longer than max_doc_tokens={limit}")
         yield chunk
 
 
@@ -73,7 +99,7 @@ class Documents:
 
     def store(self):
         if not self.store_uri:
-            raise ServeError("doc_id: this deployment has no chunk store (start it with --store)", 400)
+            raise DocumentError("doc_id: this deployment has no chunk store (start it with --store)")
         if self._store is None:
             from pipelines.data.store import ChunkStore
 
@@ -88,29 +114,29 @@ class Documents:
             return self.store_chunks(doc_id)
         if uri is not None:
             return self.uri_chunks(uri)
-        raise ServeError("document: give one of document, doc_id, uri", 422)
+        raise NoDocument("document: give one of document, doc_id, uri")
 
     def text_chunks(self, text: str) -> Reading:
         if not text.strip():
-            raise ServeError("document: empty", 400)
+            raise DocumentError("document: empty")
         ids = self.codec.encode(text)
         if len(ids) > self.limits.max_doc_tokens:
-            raise ServeError(f"document: {len(ids)} tokens > max_doc_tokens={self.limits.max_doc_tokens}", 413)
+            raise DocumentTooLong(f"document: {len(ids)} tokens > max_doc_tokens={self.limits.max_doc_tokens}")
         return Reading(iter_chunks([ids], self.limits.chunk_size), len(ids), "tokens")
 
     def store_chunks(self, doc_id: str) -> Reading:
         store = self.store()
         try:
             if not store.has(doc_id):
-                raise ServeError(f"doc_id '{doc_id}': not in store '{self.store_uri}'", 404)
+                raise DocumentNotFound(f"doc_id '{doc_id}': not in store '{self.store_uri}'")
             n_tokens = store.info(doc_id).n_tokens
-        except ServeError:
+        except DocumentError:
             raise
         except UserError as e:
-            raise ServeError(str(e), 400) from None
+            raise DocumentError(str(e)) from None
         if n_tokens > self.limits.max_doc_tokens:
-            raise ServeError(f"doc_id '{doc_id}': {n_tokens} tokens > max_doc_tokens="
-                             f"{self.limits.max_doc_tokens}", 413)
+            raise DocumentTooLong(f"doc_id '{doc_id}': {n_tokens} tokens > max_doc_tokens="
+                                  f"{self.limits.max_doc_tokens}")
         return Reading(self._store_iter(store, doc_id), n_tokens, "tokens")
 
     def _store_iter(self, store, doc_id: str) -> Iterator[list[int]]:
@@ -128,17 +154,17 @@ class Documents:
         try:
             info = file_info(uri)
             if info.size and info.size > limit * MAX_BYTES_PER_TOKEN:
-                raise ServeError(f"uri '{uri}': {info.size} bytes, over max_doc_tokens={limit}", 413)
+                raise DocumentTooLong(f"uri '{uri}': {info.size} bytes, over max_doc_tokens={limit}")
             blocks = read_text_blocks(uri)
             first = next(blocks, "")
-        except ServeError:
+        except DocumentError:
             raise
         except UserError as e:
-            raise ServeError(f"uri: {e}", 400) from None
+            raise DocumentError(f"uri: {e}") from None
         except OSError as e:
-            raise ServeError(f"uri '{uri}': unreadable ({str(e).splitlines()[0] if str(e) else e})", 400) from None
+            raise DocumentError(f"uri '{uri}': unreadable ({str(e).splitlines()[0] if str(e) else e})") from None
         if info.size == 0:
-            raise ServeError(f"uri '{uri}': empty", 400)
+            raise DocumentError(f"uri '{uri}': empty")
         tokens = iter_token_blocks(_prepend(first, blocks), self.codec.encode)
         chunks = capped(iter_chunks(tokens, self.limits.chunk_size), limit, f"uri '{uri}'")
         return Reading(chunks, info.size, "bytes", lambda chunk: len(self.codec.decode(chunk).encode()))

@@ -47,6 +47,15 @@ def body_doc(model) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
+# A request's document that cannot be read (serve/documents.py raises domain errors by kind) as
+# HTTP: decided here, where HTTP is.
+DOCUMENT_STATUS = {"invalid": 400, "missing": 422, "not_found": 404, "too_long": 413}
+
+
+def http_status(reply: Reply) -> int:
+    return DOCUMENT_STATUS[reply.kind] if reply.kind in DOCUMENT_STATUS else reply.status
+
+
 def error_body(message: str, status: int) -> dict:
     kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
             413: "request_too_large", 503: "overloaded"}.get(status, "invalid_request_error")
@@ -68,13 +77,13 @@ def sse(data: dict | str, event: str | None = None) -> str:
 def answer_frame(item) -> str:
     """/v1/answer events are named (start, turn, kept, answer, error); their data says so too."""
     if isinstance(item, Reply):
-        return sse({"event": "error", **error_body(item.error, item.status)}, "error")
+        return sse({"event": "error", **error_body(item.error, http_status(item))}, "error")
     return sse(item, item["event"])
 
 
 def chat_frame(item) -> str:
     """OpenAI's stream: unnamed events, an error as `{"error": ...}`."""
-    return sse(error_body(item.error, item.status) if isinstance(item, Reply) else item)
+    return sse(error_body(item.error, http_status(item)) if isinstance(item, Reply) else item)
 
 
 async def events(gen, first, frame: Callable[[object], str], last: str | None) -> AsyncIterator[str]:
@@ -155,7 +164,7 @@ class Gateway:
         if isinstance(reply, Response):
             return reply
         if reply.error is not None:
-            return error_response(reply.error, reply.status)
+            return error_response(reply.error, http_status(reply))
         return JSONResponse(reply.body, reply.status)
 
     async def _stream(self, gen, frame: Callable[[object], str], last: str | None = None) -> Reply | Response:

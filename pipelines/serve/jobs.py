@@ -3,7 +3,7 @@
 Shard k holds input rows [k*S, (k+1)*S) and is written whole (temporary name, then
 rename; on S3 an object appears only when complete), so a restarted job skips the
 shards that exist and redoes the rest: no duplicate and no missing row. The job's
-settings and progress: pipelines.serve.jobstore. A row of a shard is an OutputRow.
+settings and progress: pipelines.serve.jobstore. A row of a shard is an OutputRow (schema.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,38 +25,11 @@ import pyarrow.parquet as pq
 from pipelines.errors import UserError
 from pipelines.ingest.readers import iter_lines
 from pipelines.serve.access import real, under
-from pipelines.serve.schema import ServeError
+from pipelines.serve.schema import OutputRow, ServeError
 from pipelines.storage import BLOCK, first_line, resolve, written
 
 SHARD = re.compile(r"^part-(\d{6})\.parquet$")
 INPUT_SUFFIXES = (".parquet", ".jsonl")
-
-
-@dataclass(frozen=True, slots=True)
-class OutputRow:
-    """One answered input row, as a shard stores it; a row that could not be answered has
-    `error` and zero counts. The parquet schema is derived from these fields."""
-
-    id: str
-    question: str | None
-    doc_id: str | None
-    answer: str | None = None
-    prediction: str | None = None
-    memory: list[str] | None = None
-    turns: int = field(default=0, metadata={"arrow": pa.int32()})
-    tokens: int = 0  # document tokens read
-    seconds: float = 0.0
-    model_version: int | None = None
-    error: str | None = None
-    # agent.gates (pipelines.agent.gates): chunks read, memory turns not kept, the chunk whose turn
-    # ended the reading (None: read to the end). Ungated: chunks_read == memory_updates.
-    chunks_read: int = field(default=0, metadata={"arrow": pa.int32()})
-    memory_updates: int = field(default=0, metadata={"arrow": pa.int32()})
-    exit_chunk: int | None = field(default=None, metadata={"arrow": pa.int32()})
-
-    @classmethod
-    def failed(cls, row: dict, error: str | None, model_version: int | None = None) -> OutputRow:
-        return cls(row["id"], row.get("question"), row.get("doc_id"), model_version=model_version, error=error)
 
 
 def _arrow_schema(row_type: type) -> pa.Schema:

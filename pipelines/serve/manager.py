@@ -14,10 +14,10 @@ import logging
 
 from pipelines.errors import UserError
 from pipelines.serve.access import Access
-from pipelines.serve.jobs import OutputRow, input_files
+from pipelines.serve.jobs import input_files
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.runner import JobRunner
-from pipelines.serve.schema import Reply, ServeError
+from pipelines.serve.schema import OutputRow, Reply, ServeError
 from pipelines.serve.state import read_model_state
 from pipelines.serve.tracking import job_figures
 from pipelines.storage import first_line

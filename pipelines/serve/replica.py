@@ -3,7 +3,7 @@
 Every request is an `AgentLoop` driven as its own coroutine on the replica's engine, so
 the turns of all documents in flight interleave in the engine's batch. Plain class:
 `deployments.Agent` wraps it for Ray Serve; it never raises for bad input: a call returns a
-`Reply` (schema.py), a batch row an `OutputRow` with its `error` (jobs.py), and a streamed
+`Reply` (schema.py), a batch row an `OutputRow` with its `error` (schema.py), and a streamed
 call yields its events, its first item being that Reply when the request fails its checks.
 """
 
@@ -27,8 +27,7 @@ from pipelines.models import resolve_model
 from pipelines.serve import chat
 from pipelines.serve.config import ServeConfig
 from pipelines.serve.documents import DocLimits, Documents, Reading
-from pipelines.serve.jobs import OutputRow
-from pipelines.serve.schema import DOC_FIELDS, Reply
+from pipelines.serve.schema import DOC_FIELDS, OutputRow, Reply
 from pipelines.serve.follow import pin
 from pipelines.serve.state import read_model_state
 

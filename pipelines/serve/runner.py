@@ -11,9 +11,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from pipelines.serve.jobs import (Answer, OutputRow, count_rows, finished_shards, iter_rows, iter_shards, shard_counts,
+from pipelines.serve.jobs import (Answer, count_rows, finished_shards, iter_rows, iter_shards, shard_counts,
                                   write_shard)
 from pipelines.serve.jobstore import JobState, JobStore
+from pipelines.serve.schema import OutputRow
 from pipelines.storage import resolve
 
 

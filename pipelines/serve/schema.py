@@ -1,5 +1,6 @@
-"""HTTP request bodies, the one-line error every bad input gets, and the Reply every call
-behind the gateway answers with.
+"""HTTP request bodies, the one-line error every bad input gets, the Reply every call
+behind the gateway answers with, and the OutputRow every batch row is answered with (the
+replica makes it, the batch I/O in jobs.py stores it).
 
 Bodies are parsed by hand (size check, JSON, then these models) so that each failure,
 including malformed JSON, answers with a 4xx and one line naming the input.
@@ -8,9 +9,10 @@ including malformed JSON, answers with a 4xx and one line naming the input.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pipelines.errors import UserError
@@ -48,13 +50,14 @@ class Reply:
     body: Any = None
     status: int = 200
     error: str | None = None
+    kind: str | None = None  # a domain error's kind (documents.DocumentError): the gateway picks its status
 
     @classmethod
     def failure(cls, e: BaseException) -> Reply:
         if isinstance(e, ServeError):
             return cls(status=e.status, error=str(e))
         if isinstance(e, UserError):
-            return cls(status=400, error=str(e))
+            return cls(status=400, error=str(e), kind=getattr(e, "kind", None))
         return cls(status=500, error=f"internal error (request id {log_internal(e)})")
 
 
@@ -154,3 +157,30 @@ def parse_body(raw: bytes, model: type[BaseModel], limit: int) -> Any:
         return model.model_validate(data)
     except ValidationError as e:
         raise ServeError(validation_reason(e), 422) from None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRow:
+    """One answered input row, as a shard stores it; a row that could not be answered has
+    `error` and zero counts. The parquet schema is derived from these fields."""
+
+    id: str
+    question: str | None
+    doc_id: str | None
+    answer: str | None = None
+    prediction: str | None = None
+    memory: list[str] | None = None
+    turns: int = field(default=0, metadata={"arrow": pa.int32()})
+    tokens: int = 0  # document tokens read
+    seconds: float = 0.0
+    model_version: int | None = None
+    error: str | None = None
+    # agent.gates (pipelines.agent.gates): chunks read, memory turns not kept, the chunk whose turn
+    # ended the reading (None: read to the end). Ungated: chunks_read == memory_updates.
+    chunks_read: int = field(default=0, metadata={"arrow": pa.int32()})
+    memory_updates: int = field(default=0, metadata={"arrow": pa.int32()})
+    exit_chunk: int | None = field(default=None, metadata={"arrow": pa.int32()})
+
+    @classmethod
+    def failed(cls, row: dict, error: str | None, model_version: int | None = None) -> OutputRow:
+        return cls(row["id"], row.get("question"), row.get("doc_id"), model_version=model_version, error=error)

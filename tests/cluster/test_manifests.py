@@ -20,7 +20,7 @@ import yaml
 
 from pipelines import __version__
 from pipelines.cli import build_parser
-from pipelines.cluster.check import check
+from pipelines.cluster.command import check
 from pipelines.cluster.serve_app import AppArgs, app
 from pipelines.config import REPO_ROOT as REPO, load_config
 from pipelines.errors import UserError

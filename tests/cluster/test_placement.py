@@ -31,7 +31,7 @@ def test_a_cpu_engine_reserves_no_gpu_whatever_its_tensor_parallel_size():
 
 
 def test_a_serve_replica_reserves_its_engines_gpus_and_its_resources():
-    from pipelines.serve.app import replica_options
+    from pipelines.serve.settings import replica_options
 
     env = {"AWS_ENDPOINT_URL": "http://s3"}
     cfg = load_config(None, [*GPU_TP2, "serve.replica_cpus=8", "serve.replica_resources={serve_node: 1}"])

@@ -122,7 +122,7 @@ def test_budgets_checked_before_any_engine_starts():
 def test_command_line_flags_override_config():
     from pipelines.cli import build_parser
     from pipelines.config import load_config
-    from pipelines.eval.ladder import apply_args
+    from pipelines.eval.command import apply_args
 
     args = build_parser().parse_args(["eval", "--model", "models:/m@champion", "--tasks", "hotpotqa, niah_single",
                                       "--lengths", "8K,16K", "--n", "16", "--methods", "memagent,truncation",

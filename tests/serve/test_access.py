@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.serve.access import Access
-from pipelines.serve.app import allowed
+from pipelines.serve.settings import allowed
 from pipelines.serve.jobs import input_files
 from pipelines.serve.schema import ServeError
 

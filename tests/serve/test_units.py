@@ -9,13 +9,15 @@ import pytest
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.serve.access import Access
-from pipelines.serve.app import check_binding
-from pipelines.serve.documents import DocLimits, Documents
-from pipelines.serve.jobs import (OUTPUT_SCHEMA, OutputRow, count_rows, finished_shards, iter_rows, iter_shards,
+from pipelines.serve.settings import check_binding
+from pipelines.serve.documents import (DocLimits, DocumentError, DocumentNotFound, Documents, DocumentTooLong,
+                                       NoDocument)
+from pipelines.serve.gateway import http_status
+from pipelines.serve.jobs import (OUTPUT_SCHEMA, count_rows, finished_shards, iter_rows, iter_shards,
                                   job_id_for, request_of)
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.runner import JobRunner
-from pipelines.serve.schema import AnswerRequest, ChatRequest, Reply, ServeError, parse_body
+from pipelines.serve.schema import AnswerRequest, ChatRequest, OutputRow, Reply, ServeError, parse_body
 from pipelines.errors import UserError
 
 
@@ -65,18 +67,24 @@ def test_documents_text_uri_and_limits(tmp_path, tokenizer):
     assert all(len(c) == 16 for c in chunks[:-1])
     (tmp_path / "d.txt").write_text(text)
     assert list(docs.chunks(uri=str(tmp_path / "d.txt"))) == chunks
-    cases = [(dict(document="word " * 500), 413, "max_doc_tokens=100"),
-             (dict(document="   "), 400, "empty"),
-             (dict(uri=str(tmp_path / "missing.txt")), 400, "no such file"),
-             (dict(doc_id="d1"), 400, "no chunk store")]
+    cases = [(dict(document="word " * 500), DocumentTooLong, 413, "max_doc_tokens=100"),
+             (dict(document="   "), DocumentError, 400, "empty"),
+             (dict(uri=str(tmp_path / "missing.txt")), DocumentError, 400, "no such file"),
+             (dict(doc_id="d1"), DocumentError, 400, "no chunk store"),
+             ({}, NoDocument, 422, "give one of")]
     (tmp_path / "long.txt").write_text("word " * 300)  # under the byte pre-check, over in tokens
-    for kwargs, status, reason in cases:
-        with pytest.raises(ServeError, match=reason) as e:
+    cases.append((dict(uri=str(tmp_path / "long.txt")), DocumentTooLong, 413, "longer than max_doc_tokens"))
+    for kwargs, error, status, reason in cases:
+        with pytest.raises(error, match=reason) as e:
             list(docs.chunks(**kwargs))
-        assert e.value.status == status
-    with pytest.raises(ServeError, match="longer than max_doc_tokens") as e:
-        list(docs.chunks(uri=str(tmp_path / "long.txt")))
-    assert e.value.status == 413
+        assert type(e.value) is error and http_status(Reply.failure(e.value)) == status  # the gateway's status
+    stored = Documents(ChatCodec(tokenizer), DocLimits(chunk_size=16, max_doc_tokens=100), str(tmp_path / "empty"))
+    with pytest.raises(DocumentNotFound, match="doc_id 'd1': not in store") as e:
+        stored.chunks(doc_id="d1")
+    assert http_status(Reply.failure(e.value)) == 404
+    with pytest.raises(ServeError) as e:  # the access rule's own 403 passes through as it is
+        docs.chunks(uri="/etc/passwd")
+    assert http_status(Reply.failure(e.value)) == 403
 
 
 def test_rows_from_jsonl_and_parquet_with_task_row_columns(tmp_path):

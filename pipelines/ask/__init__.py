@@ -1,0 +1,1 @@
+"""`memagent ask`: one question over one document, on an engine in this process."""
