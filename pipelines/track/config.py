@@ -19,3 +19,7 @@ class TrackConfig(Strict):
     # A server that is down must not stall a run: few retries, short timeouts, then degrade.
     http_retries: int = Field(1, ge=0)
     http_timeout_s: int = Field(10, gt=0)
+    # While the server is down: records held for it (metrics, params, tags; the oldest spooled
+    # beyond this many), and how often it is tried again (each try costs up to a timeout).
+    buffer_records: int = Field(10_000, gt=0)
+    retry_s: float = Field(30.0, gt=0)

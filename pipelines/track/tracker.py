@@ -10,8 +10,11 @@ smollm2`); a pipeline (the quickstart, a continuous-training round) opens one pa
 named by the stage (`eval-base`, `sft`, ...). Parent and stage live in context variables, so
 the stages need no tracker of the pipeline's.
 
-A tracking server that is down never costs a run its results: the first failure logs one
-warning, and every later record is appended to a local JSONL spool instead.
+A tracking server that is down never costs a run its results or its progress: the first
+failure logs one warning; metrics, params, tags and the run's end wait in a bounded outbox
+(track/outbox.py) and reach the server in order when it answers again (tried again every
+track.retry_s); what cannot wait (artifacts, models, traces, a run the server never created)
+and whatever is still held when the run ends go to a local JSONL spool, counted.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipelines.track.config import TrackConfig
+from pipelines.track.outbox import Held, Outbox
 from pipelines.track.redact import env_secrets, flatten, install_log_redaction, redact, redact_params
 
 log = logging.getLogger("memagent.track")
@@ -92,13 +96,20 @@ class NullTracker:
         return []
 
 
-class MlflowTracker:
-    """MLflow through its client (explicit run ids, no global fluent state); degrades on failure."""
+OFFLINE = "offline-"  # the id of a run the server never created (it was down at the start)
 
-    def __init__(self, uri: str, experiment: str, artifact_location: str | None, spool_dir: Path):
+
+class MlflowTracker:
+    """MLflow through its client (explicit run ids, no global fluent state); rides out a server
+    that is down (the module's docstring)."""
+
+    def __init__(self, uri: str, experiment: str, artifact_location: str | None, spool_dir: Path,
+                 buffer_records: int = 10_000, retry_s: float = 30.0):
         self.uri, self.experiment, self.artifact_location = uri, experiment, artifact_location
-        self.spool_dir = spool_dir
-        self.degraded: str | None = None
+        self.spool_dir, self.retry_s = spool_dir, retry_s
+        self.degraded: str | None = None  # the failure of the outage under way, None while up
+        self.outbox = Outbox(buffer_records, self._spool)
+        self._retry_at = 0.0  # time.monotonic() before which a down server is not tried again
         self.run_id: str | None = None
         self._stack: list[str] = []
         self._client = None
@@ -133,8 +144,9 @@ class MlflowTracker:
         parent = self._stack[-1] if (nested and self._stack) else parent
         tags = {"mlflow.parentRunId": parent} if parent else {}
         run_id = self._safe("start_run", lambda: self.client.create_run(
-            self.experiment_id(), run_name=name, tags=tags).info.run_id, {"name": name, "parent": parent})
-        run_id = run_id or f"offline-{name}-{int(time.time())}-{os.getpid()}"
+            self.experiment_id(), run_name=name, tags=tags).info.run_id, {"name": name, "parent": parent},
+            run=None)
+        run_id = run_id or f"{OFFLINE}{name}-{int(time.time())}-{os.getpid()}"
         self._stack.append(run_id)
         self.run_id = run_id
         status = "FAILED"
@@ -145,26 +157,29 @@ class MlflowTracker:
             status = "KILLED"
             raise
         finally:
-            self._safe("end_run", lambda: self.client.set_terminated(run_id, status), {"status": status})
+            self._safe("end_run", lambda: self.client.set_terminated(run_id, status), {"status": status},
+                       replay=True)
             self._stack.pop()
             self.run_id = self._stack[-1] if self._stack else None
+            if not self._stack:
+                self.close()
 
     def log_params(self, params: Mapping[str, object]) -> None:
         from mlflow.entities import Param
 
         clean = {k: v[:MAX_PARAM_LEN] for k, v in redact_params(params, env_secrets()).items()}
-        items = [Param(k, v) for k, v in clean.items()]
+        items, rid = [Param(k, v) for k, v in clean.items()], self._rid()
         for i in range(0, len(items), 100):
-            self._safe("params", lambda b=items[i:i + 100]: self.client.log_batch(self._rid(), params=b), clean)
+            self._safe("params", lambda b=items[i:i + 100]: self.client.log_batch(rid, params=b), clean, replay=True)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
+        now, rid = int(time.time() * 1000), self._rid()
         items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
         for i in range(0, len(items), 500):
-            self._safe("metrics", lambda b=items[i:i + 500]: self.client.log_batch(self._rid(), metrics=b),
-                       {"metrics": dict(metrics), "step": step})
+            self._safe("metrics", lambda b=items[i:i + 500]: self.client.log_batch(rid, metrics=b),
+                       {"metrics": dict(metrics), "step": step}, replay=True)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self._safe("artifact", lambda: self.client.log_artifact(self._rid(), str(path), artifact_path),
@@ -174,8 +189,8 @@ class MlflowTracker:
         from mlflow.entities import RunTag
 
         clean = redact_params({k: v for k, v in tags.items() if v is not None}, env_secrets())
-        items = [RunTag(k, v[:MAX_PARAM_LEN]) for k, v in clean.items()]
-        self._safe("tags", lambda: self.client.log_batch(self._rid(), tags=items), clean)
+        items, rid = [RunTag(k, v[:MAX_PARAM_LEN]) for k, v in clean.items()], self._rid()
+        self._safe("tags", lambda: self.client.log_batch(rid, tags=items), clean, replay=True)
 
     def log_datasets(self, datasets: list) -> None:
         """datasets: track.datasets.DatasetRef's, each an input of the open run with its context; one
@@ -194,8 +209,9 @@ class MlflowTracker:
                 inputs.append(found)
         if not inputs:
             return
-        self._safe("datasets", lambda: self.client.log_inputs(self._rid(), datasets=inputs),
-                   [d.__dict__ for d in datasets])
+        rid = self._rid()
+        self._safe("datasets", lambda: self.client.log_inputs(rid, datasets=inputs),
+                   [d.__dict__ for d in datasets], replay=True)
 
     def log_model(self, name: str, path: str, metrics: Mapping[str, float] | None = None,
                   params: Mapping[str, object] | None = None) -> str | None:
@@ -228,30 +244,61 @@ class MlflowTracker:
             raise RuntimeError("no active run: use `with tracker.start_run(name):`")
         return self._stack[-1]
 
-    def _safe(self, kind: str, call, record: Any = None):
-        if self.degraded is None:
+    def _safe(self, kind: str, call, record: Any = None, replay: bool = False, run: str | None | bool = True):
+        """call() now, after every held record, when the server is thought up; else (or when it
+        fails) hold it for later (replay: a record whose call can be made later), or spool it.
+        run: the run it belongs to (True: the open run; None: none, starting one)."""
+        run = self._rid() if run is True else run
+        offline = run is not None and run.startswith(OFFLINE)
+        if not offline and (self.degraded is None or time.monotonic() >= self._retry_at):
             try:
-                return call()
+                sent = self.outbox.flush()
+                result = call()
+                self._back(sent)
+                return result
             except Exception as e:  # any tracking failure: warn once, keep the run going
-                self._degrade(e)
-        self._spool(kind, record)
+                self._down(e)
+        if replay and not offline:
+            self.outbox.put(Held(kind, run, call, record))
+        else:
+            self._spool(Held(kind, run, call, record))
         return None
 
-    def _degrade(self, err: Exception) -> None:
+    def _down(self, err: Exception) -> None:
+        self._retry_at = time.monotonic() + self.retry_s
+        if self.degraded is not None:
+            return
         secrets = env_secrets()
         first = (str(err).strip().splitlines() or [err.__class__.__name__])[0][:300]
         self.degraded = redact(first, secrets)
-        log.warning("tracking: %s failed (%s); continuing without it, records kept in %s",
-                    redact(self.uri, secrets), self.degraded, self.spool_dir)
+        log.warning("tracking: %s failed (%s); continuing without it: records held (up to %d) and sent when "
+                    "it answers, tried every %g s; what cannot wait kept in %s", redact(self.uri, secrets),
+                    self.degraded, self.outbox.limit, self.retry_s, self.spool_dir)
 
-    def _spool(self, kind: str, record: Any) -> None:
-        if record is None:
+    def _back(self, sent: int) -> None:
+        if self.degraded is not None:
+            log.warning("tracking: %s answers again; %d held records sent", redact(self.uri, env_secrets()), sent)
+            self.degraded = None
+
+    def close(self) -> None:
+        """The last run ended: send what is held, or spool it with one line that counts it."""
+        if self.outbox:
+            try:
+                self._back(self.outbox.flush())
+            except Exception:  # noqa: BLE001 - still down: the spool keeps them
+                pass
+        lost = self.outbox.spill() + self.outbox.dropped
+        if lost:
+            log.warning("tracking: %d records did not reach %s (it was down); kept in %s", lost,
+                        redact(self.uri, env_secrets()), self.spool_dir)
+        self.outbox.dropped = 0
+
+    def _spool(self, item: Held) -> None:
+        if item.record is None:
             return
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        name = (self._stack[-1] if self._stack else "no-run") + ".jsonl"
-        line = {"time": time.time(), "kind": kind, "run": self._stack[-1] if self._stack else None,
-                "record": record}
-        with open(self.spool_dir / name, "a") as f:
+        line = {"time": time.time(), "kind": item.kind, "run": item.run, "record": item.record}
+        with open(self.spool_dir / f"{item.run or 'no-run'}.jsonl", "a") as f:
             f.write(json.dumps(line, default=str) + "\n")
 
 
@@ -286,7 +333,8 @@ def create_tracker(cfg: Any, rank: int = 0) -> Tracker:
     artifacts = track.artifact_location
     if artifacts is None and uri.startswith("sqlite:"):
         artifacts = (home.absolute() / "mlartifacts").as_uri()
-    return MlflowTracker(uri, track.experiment, artifacts, home / "tracking-spool")
+    return MlflowTracker(uri, track.experiment, artifacts, home / "tracking-spool", track.buffer_records,
+                         track.retry_s)
 
 
 def git_commit(repo: Path | None = None) -> str | None:
