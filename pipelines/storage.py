@@ -12,6 +12,7 @@ attempts (default 7: ~47 s of waiting), then one line naming the URI.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import re
 import shutil
@@ -75,6 +76,23 @@ def attempts() -> int:
 def backoff(n_attempts: int) -> list[float]:
     """The waits between n attempts: doubling from FIRST_DELAY_S, capped at MAX_DELAY_S."""
     return [min(FIRST_DELAY_S * 2 ** i, MAX_DELAY_S) for i in range(n_attempts - 1)]
+
+
+def full_disk(err: BaseException | None) -> bool:
+    """Whether a full disk is at the root of `err`, also under other libraries' wrappers (pyarrow's
+    copies, safetensors' writer, Ray's task errors carry the OS's message, not always its errno)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if getattr(err, "errno", None) == errno.ENOSPC or "No space left on device" in str(err):
+            return True
+        err = getattr(err, "cause", None) or err.__cause__ or err.__context__
+    return False
+
+
+def no_space(where: str) -> UserError:
+    return UserError(f"'{where}': no space left on device (what was there before is intact: free space, "
+                     "then run again; a training run with --resume)")
 
 
 def transient(err: BaseException) -> bool:
@@ -186,6 +204,10 @@ def written(fs: pafs.FileSystem, path: str) -> Iterator[str]:
     try:
         yield tmp
         into_place(tmp, path)
+    except Exception as e:
+        if full_disk(e):
+            raise no_space(path) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -271,6 +293,10 @@ def staged_dir(uri: str) -> Iterator[Path]:
         try:
             yield tmp
             into_place(tmp, root)
+        except Exception as e:
+            if full_disk(e):
+                raise no_space(root) from None
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

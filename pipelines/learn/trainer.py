@@ -30,7 +30,7 @@ from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import heldout_seqs, seq_of
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
 from pipelines.rollout.metrics import MetricsTally
-from pipelines.storage import staged_dir
+from pipelines.storage import full_disk, no_space, staged_dir
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ def train_loop(config: dict) -> None:
     try:
         _train_loop(config, cfg, run)
     except Exception as e:
-        # Bad input is not a crash: the driver ends the run with its one line (no restarts).
-        if run.board is not None and (err := user_error(e)) is not None:
+        # Bad input or a full disk is not a crash: the driver ends the run with its one line (no
+        # restarts: they would fail the same way).
+        err = user_error(e) or (no_space(run.out) if full_disk(e) else None)
+        if run.board is not None and err is not None:
             ray.get(run.board.fail.remote(str(err)))
         raise
 
@@ -165,6 +167,10 @@ def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: i
     publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions,
                                 policy.frozen_names()) if rank == 0 else None
     keep_from, last_batch = state.version, time.perf_counter()
+    # a hub that died and was restarted starts from this checkpoint (hub.py)
+    if rank == 0 and ray.get(run.hub.resume.remote(state.cursor, state.version, state.weights)):
+        ray.get(run.board.note.remote(f"the rollout hub was restarted: rollouts resume from the checkpoint of "
+                                      f"step {state.step}"))
     while state.step < run.steps and not share(out_of_time(run), world):
         step, t0 = state.step + 1, time.perf_counter()
         groups = share(take_batch(cfg, run, step) if rank == 0 else None, world)

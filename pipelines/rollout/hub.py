@@ -5,10 +5,14 @@
     hub.push.remote(uri, version)                   # returns at once; workers swap between steps
     state = ray.get(hub.cursor_for.remote(step))    # the data cursor to checkpoint with step
     hub.ack.remote(step)                            # that checkpoint is safe
+    hub.resume.remote(cursor, version, weights)     # a learner (re)starting from its checkpoint
 
 Exactly-once data: a batch handed out for step s stays pending until the learner confirms its
 checkpoint (ack). A learner restarted from step s-1's checkpoint asks for step s again and
 gets the same groups; a run resumed from disk skips every row the checkpoint's cursor used.
+A hub that died is restarted by Ray (its workers die with it) and waits, serving nothing, until
+the learner, which fails on its next call and is restarted from its checkpoint by Ray Train,
+hands it that checkpoint's cursor and policy (`resume`): the same rule as a run resumed from disk.
 """
 
 from __future__ import annotations
@@ -40,8 +44,28 @@ class RolloutHub:
         self._lock = threading.Lock()
         self._taking = threading.Lock()  # one take at a time: a step asked twice gets one batch
         self._evals: list[tuple[int, int, dict, int]] = []
-        make = service or (lambda rows: RolloutService(cfg, rows, version, weights, workers).start())
-        self.service = make(self._rows())
+        self._make = ((lambda rows, v, w: service(rows)) if service else
+                      (lambda rows, v, w: RolloutService(cfg, rows, v, w, workers).start()))
+        self.service = None if restarted() else self._make(self._rows(), version, weights)
+
+    def resume(self, cursor: dict | None, version: int, weights: str | None) -> bool:
+        """The learner starts from a checkpoint with this cursor and policy. A hub that never died
+        keeps what it has (the batches of steps after the checkpoint are pending: asked again,
+        they come again); one that Ray restarted starts its service from them. True if it did."""
+        with self._taking, self._lock:
+            if self.service is not None:
+                return False
+            self.cursor, self._index, self._pending = Cursor.from_dict(cursor), {}, {}
+            self.service = self._make(self._rows(), version, weights)
+            return True
+
+    @property
+    def live(self):
+        """The running service; a restarted hub has none until `resume`, and a call that needs one
+        fails, so that its learner restarts from its checkpoint and resumes the hub."""
+        if self.service is None:
+            raise RuntimeError("the rollout hub was restarted: the learner resumes it from its checkpoint")
+        return self.service
 
     def _rows(self) -> Iterator[Any]:
         """The source's rows, pass after pass, less those the cursor has used up."""
@@ -64,7 +88,7 @@ class RolloutHub:
                 if step in self._pending:
                     return self._pending[step]
             try:
-                groups = self.service.take(n, timeout)
+                groups = self.live.take(n, timeout)
             except TimeoutError:
                 return None
             with self._lock:
@@ -74,7 +98,7 @@ class RolloutHub:
     def push(self, uri: str, version: int) -> bool:
         """Hand a published policy to the workers without waiting; False if not newer (a restarted
         learner re-publishing a version the workers already have)."""
-        if version <= self.service.version:
+        if self.service is None or version <= self.service.version:
             return False
         self.service.push_weights(uri, version, wait=False)
         return True
@@ -97,7 +121,7 @@ class RolloutHub:
                     self.cursor.mark(self._stream_index(g.group_id, pop=True))
 
     def _settle(self) -> None:
-        for group_id in self.service.drain_settled():
+        for group_id in self.live.drain_settled():
             self.cursor.mark(self._stream_index(group_id, pop=True))
 
     def _stream_index(self, group_id: str, pop: bool = False) -> int:
@@ -107,21 +131,22 @@ class RolloutHub:
     def evaluate(self, step: int, tasks: str, n: int) -> None:
         """Score the current policy on `n` held-out rows, greedy, on the same workers, without
         holding up training; the result is collected with `evaluations`."""
-        threading.Thread(target=self._evaluate, args=(step, tasks, n), name=f"eval-{step}", daemon=True).start()
+        threading.Thread(target=self._evaluate, args=(self.live, step, tasks, n), name=f"eval-{step}",
+                         daemon=True).start()
 
-    def _evaluate(self, step: int, tasks: str, n: int) -> None:
+    def _evaluate(self, service, step: int, tasks: str, n: int) -> None:
         from pipelines.agent.reward import strict_score
         from pipelines.data.tasks import read_task_rows
         from pipelines.rollout.core import RolloutSpec
         from pipelines.rollout.service import run_groups
 
-        a = self.service.cfg.agent
+        a = service.cfg.agent
         spec = RolloutSpec(a.temperature, a.top_p, seed=a.seed)
-        version, scores = self.service.version, {}
+        version, scores = service.version, {}
         try:
             rows = list(itertools.islice(read_task_rows(tasks), n))  # n is small: a fixed held-out set
             by_id = {r.sample_id: r for r in rows}
-            for item in run_groups(self.service.cfg, rows, spec, workers=self.service.workers):
+            for item in run_groups(service.cfg, rows, spec, workers=service.workers):
                 for t in getattr(item, "trajectories", []):
                     row = by_id[t.sample_id]
                     scores.setdefault(row.task, []).append(strict_score(t.prediction, row.answers, row.answer_kind))
@@ -139,22 +164,30 @@ class RolloutHub:
             return out
 
     def stats(self) -> dict:
-        return self.service.stats()
+        return self.live.stats()
 
     def version(self) -> int:
-        return self.service.version
+        return self.live.version
 
     def worker_info(self) -> list[dict]:
-        return self.service.worker_info()
+        return self.live.worker_info()
 
     def close(self) -> None:
-        self.service.close()
+        if self.service is not None:
+            self.service.close()
+
+
+def restarted() -> bool:
+    """Whether this process is a hub actor that Ray restarted after it died (False outside Ray)."""
+    ctx = ray.get_runtime_context()
+    return ctx.worker.mode == ray.WORKER_MODE and ctx.was_current_actor_reconstructed
 
 
 def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None,
               workers: list | None = None):
-    """The hub actor (no CPU of its own: its workers hold the engines' CPUs)."""
-    actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8)
+    """The hub actor (no CPU of its own: its workers hold the engines' CPUs). Ray restarts it
+    as often as Ray Train restarts the learner (learn.max_failures)."""
+    actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8, max_restarts=cfg.learn.max_failures)
     hub = actor.remote(cfg, tasks, version, weights, cursor, workers=workers)
     ray.get(hub.version.remote())  # surfaces a start failure here, as one error
     return hub
