@@ -103,12 +103,14 @@ SUITES = {
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
                       (64, 64), (20, 12), "hotpotqa"),  # RL: 11.5 min a step (most groups all-equal)
     # SQuAD in long documents (issue #35's evidence): trained on 2-4 chunks of 256, held out at 1x-16x.
-    # --quick: 16 rows a length for the traces, and the pass filter keeps never-right rows too (a
-    # 4-step SFT model answers none, and the filter would refuse the run).
+    # --quick: 16 rows a length for the traces; a 4-step SFT model answers none, so the pass filter
+    # keeps never-right rows and RL trains on all-equal groups (else the filter refuses the run and
+    # RL stops at learn.max_dropped_groups).
     "squad": Suite("squad", {"sft": "configs/sft-smollm2-squad.yaml", "rl": "configs/rl-smollm2-squad.yaml"},
                    ["agent.chunk_size=256", "agent.memory_budget=128", "agent.final_budget=64"], ("1K", "4K", "16K"),
                    (200, 64), (30, 40), "squad", Targets(20, 15, 0.8, 3),
-                   ("learn.task_n=16", "learn.pass_filter.low=0.0", "learn.eval_every=0"), (8, 2)),
+                   ("learn.task_n=16", "learn.pass_filter.low=0.0", "learn.eval_every=0", "rollout.drop_equal_rewards=false"),
+                   (8, 2)),
 }
 # One change each to the RL preset, measured against its absence (RL as configured).
 ABLATIONS = {
@@ -176,11 +178,18 @@ def seed_model(seed: int) -> str:
     return f"rl-seed{seed}" if seed else "rl"
 
 
-def sh(cmd: list[str]) -> str:
+ATTEMPTS = 3  # a failed stage runs again, resuming (on a shared machine Ray's memory monitor kills workers)
+
+
+def sh(cmd: list[str], last: bool = True) -> str | None:
+    """CMD's last stdout line; on failure None, or the benchmark's exit when this was the LAST attempt."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
     if out.returncode != 0:
-        sys.exit(f"learning: stage failed ({out.returncode}): {' '.join(cmd)}")
+        if last:
+            sys.exit(f"learning: stage failed ({out.returncode}): {' '.join(cmd)}")
+        print(f"learning: stage failed ({out.returncode}); running it again", file=sys.stderr, flush=True)
+        return None
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
 
 
@@ -192,15 +201,19 @@ def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: li
     done = out / "done.json"
     if done.exists():
         return json.loads(done.read_text())
-    resume = ["--resume"] if (out / "learner" / "checkpoint_manager_snapshot.json").exists() else []
     flags = ["--sft"] if kind == "sft" else []
-    started = time.monotonic()
-    try:
-        line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *options, *resume,
-                   "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra])
-    finally:  # every invocation's wall time counts, interrupted ones too
-        with (out / "wall.jsonl").open("a") as f:
-            f.write(json.dumps({"minutes": round((time.monotonic() - started) / 60, 2), "resume": bool(resume)}) + "\n")
+    line = None
+    for attempt in range(1, ATTEMPTS + 1):
+        resume = ["--resume"] if (out / "learner" / "checkpoint_manager_snapshot.json").exists() else []
+        started = time.monotonic()
+        try:
+            line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *options,
+                       *resume, "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra], attempt == ATTEMPTS)
+        finally:  # every invocation's wall time counts, interrupted ones too
+            with (out / "wall.jsonl").open("a") as f:
+                f.write(json.dumps({"minutes": round((time.monotonic() - started) / 60, 2), "resume": bool(resume)}) + "\n")
+        if line is not None:
+            break
     run = json.loads(line)
     run["minutes"] = round(sum(json.loads(w)["minutes"] for w in (out / "wall.jsonl").read_text().splitlines()), 2)
     done.write_text(json.dumps(run))
@@ -239,8 +252,11 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[st
         meta = {"model": model, "fingerprint": fp}
         stamp.write_text(json.dumps(meta))
         started = time.monotonic()
-        sh([sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
-            cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL])
+        cmd = [sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
+               cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL]
+        for attempt in range(1, ATTEMPTS + 1):  # a rerun resumes the cells
+            if sh(cmd, attempt == ATTEMPTS) is not None:
+                break
         minutes = round((time.monotonic() - started) / 60, 2)  # the last invocation's (a resumed cell: its rest)
         stamp.write_text(json.dumps({**meta, "minutes": minutes}))
     return out
@@ -447,9 +463,9 @@ def keep_record(out: Path, results: Path, name: str) -> None:
     import shutil
 
     results.mkdir(parents=True, exist_ok=True)
-    for f, kept in (("done.json", "done.json"), ("wall.jsonl", "wall.jsonl"), ("curve.png", "curve.png")):
+    for f in ("done.json", "wall.jsonl", "curve.png"):
         if (out / f).exists():
-            shutil.copyfile(out / f, results / f"{name}-{kept}")
+            shutil.copyfile(out / f, results / f"{name}-{f}")
 
 
 def write_summary(args: argparse.Namespace, suite: Suite, models: Models, results: Path, tasks: str) -> dict:
