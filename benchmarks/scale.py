@@ -95,7 +95,8 @@ class Run:
         _, err = proc.communicate()
         stop.set()
         watcher.join()
-        if proc.returncode != 0 and self.kill_at is None:
+        killed = self.kill_at is not None and proc.returncode == -signal.SIGKILL
+        if proc.returncode != 0 and not killed:
             raise SystemExit(f"batch failed ({proc.returncode}): {err[-2000:]}")
         return proc.returncode
 
