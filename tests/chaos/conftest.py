@@ -38,6 +38,11 @@ def outage(server, seconds: float) -> threading.Thread:
     return thread
 
 
+def steps_in(lines: list[str]) -> list[int]:
+    """The step numbers of a training's progress lines (`step 3/8  reward ...`), in order."""
+    return [int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step ") and "/" in line.split()[1]]
+
+
 class Training:
     """`memagent ARGS` in a session of its own, its stderr read line by line as it comes: a test
     injects a fault when the run reaches a step, then waits for the end (or kills the session)."""
@@ -72,8 +77,7 @@ class Training:
         return "".join(self.lines)
 
     def steps(self) -> list[int]:
-        return [int(line.split()[1].split("/")[0]) for line in self.lines if line.startswith("step ")
-                and "waiting" not in line]
+        return steps_in(self.lines)
 
     def wait_step(self, step: int, timeout: float = 400) -> None:
         """Until the progress line of `step` is out; fails if the run ends first."""
