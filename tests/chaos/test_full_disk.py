@@ -43,6 +43,7 @@ def fill(mount) -> os.PathLike:
     return filler
 
 
+@pytest.mark.slow  # a real training run or a server stopped and started
 def test_a_full_disk_mid_checkpoint_is_one_line_and_resume_continues(small_disk, rl_tasks, tiny_model_dir):
     from pipelines.learn.runs import latest_state, newest_complete
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.chaos.conftest import Training
 from tests.learn.conftest import rl_overrides
@@ -62,6 +63,7 @@ def in_session(sid: int, title: str) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow  # a real training run or a server stopped and started
 def test_a_killed_hub_resumes_from_the_checkpoint_and_trains_every_row_once(rl_tasks, tiny_model_dir, tmp_path):
     out, log = tmp_path / "run", tmp_path / "rolled.log"
     overrides = [o if not o.startswith("rollout.reward=") else "rollout.reward=tests.chaos.rewards:pid_logged_reward"

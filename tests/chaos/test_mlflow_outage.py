@@ -37,6 +37,7 @@ def tracked_rl(tiny_model_dir, uri: str) -> list[str]:
         "rollout.reward=tests.chaos.rewards:gated_reward", "track.retry_s=2"]
 
 
+@pytest.mark.slow  # a real training run or a server stopped and started
 def test_training_rides_out_a_tracking_outage(mlflow, rl_tasks, tiny_model_dir, tmp_path):
     gate = tmp_path / "gate"
     args = ["train", "--tasks", rl_tasks, "--steps", str(STEPS), "--out", str(tmp_path / "run"),

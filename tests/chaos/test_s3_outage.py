@@ -40,6 +40,7 @@ def nudge(model) -> None:
             p.add_(0.01)
 
 
+@pytest.mark.slow  # a real training run or a server stopped and started
 def test_a_weight_push_rides_out_an_outage(on_flaky_s3, model, tiny_model_dir, tmp_path):
     publisher = FolderPublisher("s3://chaos/push", str(tiny_model_dir), keep=4)
     v1 = publisher.publish(model, 1)
@@ -53,6 +54,7 @@ def test_a_weight_push_rides_out_an_outage(on_flaky_s3, model, tiny_model_dir, t
     assert torch.allclose(after[name] - before[name], torch.full_like(before[name], 0.01), atol=1e-5)
 
 
+@pytest.mark.slow  # a real training run or a server stopped and started
 def test_an_endpoint_that_stays_down_is_one_line_and_the_last_version_stays(on_flaky_s3, model, tiny_model_dir,
                                                                            tmp_path, monkeypatch):
     publisher = FolderPublisher("s3://chaos/down", str(tiny_model_dir), keep=4)
