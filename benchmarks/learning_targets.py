@@ -55,7 +55,7 @@ def judge(t: Targets, lengths: tuple[str, ...], sft_over_base: Figure | None, ag
             verdict(agent_over_truncation,
                     None if agent_over_truncation is None else agent_over_truncation[0] >= t.agent_over_truncation),
         f"flat: RL model at {far} >= {t.flat:g} x at {one} ([{far}, {one}, ratio])":
-            verdict(flat, None if flat is None else rl_far >= t.flat * rl_one),
+            verdict(flat, None if flat is None else rl_one > 0 and rl_far >= t.flat * rl_one),  # 0 at 1x: nothing held
         f"RL over SFT at {four} >= +{t.rl_over_sft:g}, interval above zero, on {seeds // 2 + 1} of {seeds} seeds":
             verdict(seed_diffs, seeds_met(seed_diffs, t.rl_over_sft, seeds)),
     }
