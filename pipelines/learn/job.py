@@ -84,10 +84,10 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     try:
         datasets = sft_datasets(tasks, run.model, cfg) if req.sft else None
         def step_done(step: int, m: dict) -> None:
-            nonlocal history
-            on_step(step, steps, m, tracker)
+            nonlocal history  # on disk before the step is shown: a stop right after its line keeps it
             history = merge_history(history, [(step, {k: v for k, v in m.items() if isinstance(v, (int, float))})])
             save_history(out, history)
+            on_step(step, steps, m, tracker)
             last.update({k: v for k, v in m.items() if k.startswith("eval/") or k == "train/heldout_loss"})
             if watch is not None:
                 watch(step, m)

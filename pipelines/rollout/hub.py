@@ -178,7 +178,10 @@ class RolloutHub:
 
 
 def restarted() -> bool:
-    """Whether this process is a hub actor that Ray restarted after it died (False outside Ray)."""
+    """Whether this process is a hub actor that Ray restarted after it died (False outside Ray:
+    asking for the runtime context there would start a local Ray)."""
+    if not ray.is_initialized():
+        return False
     ctx = ray.get_runtime_context()
     return ctx.worker.mode == ray.WORKER_MODE and ctx.was_current_actor_reconstructed
 
