@@ -122,7 +122,7 @@ ABLATIONS = {
 }
 LADDER = (1, 2, 4, 8, 16)  # multiples of the training length (1x) a --ladder model is scored at
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",
-        "eval.concurrency=32", "track.enabled=false"]
+        "eval.concurrency=32"]
 
 
 @dataclass(frozen=True)
@@ -181,10 +181,16 @@ def seed_model(seed: int) -> str:
 ATTEMPTS = 3  # a failed stage runs again, resuming (on a shared machine Ray's memory monitor kills workers)
 
 
-def sh(cmd: list[str], last: bool = True) -> str | None:
-    """CMD's last stdout line; on failure None, or the benchmark's exit when this was the LAST attempt."""
+def sh(cmd: list[str], last: bool = True, stage: str | None = None) -> str | None:
+    """CMD's last stdout line; on failure None, or the benchmark's exit when this was the LAST attempt.
+    STAGE: its MLflow run is the benchmark run's child of that name."""
+    import os
+
+    from pipelines.track.tracker import stage_env
+
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, **(stage_env(stage) if stage else {})}
+    out = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True, env=env)
     if out.returncode != 0:
         if last:
             sys.exit(f"learning: stage failed ({out.returncode}): {' '.join(cmd)}")
@@ -208,7 +214,8 @@ def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: li
         started = time.monotonic()
         try:
             line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *options,
-                       *resume, "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra], attempt == ATTEMPTS)
+                       *resume, "--steps", str(steps), "--out", str(out), f"learn.task={tasks}", *extra], attempt == ATTEMPTS,
+                      stage=name or kind)
         finally:  # every invocation's wall time counts, interrupted ones too
             with (out / "wall.jsonl").open("a") as f:
                 f.write(json.dumps({"minutes": round((time.monotonic() - started) / 60, 2), "resume": bool(resume)}) + "\n")
@@ -255,7 +262,7 @@ def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[st
         cmd = [sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
                cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL]
         for attempt in range(1, ATTEMPTS + 1):  # a rerun resumes the cells
-            if sh(cmd, attempt == ATTEMPTS) is not None:
+            if sh(cmd, attempt == ATTEMPTS, stage=f"eval-{cells.name.replace('/', '-')}") is not None:
                 break
         minutes = round((time.monotonic() - started) / 60, 2)  # the last invocation's (a resumed cell: its rest)
         stamp.write_text(json.dumps({**meta, "minutes": minutes}))
@@ -494,6 +501,21 @@ def cell_sizes(args: argparse.Namespace, suite: Suite) -> tuple[int, int]:
 
 def main() -> None:
     args = arguments()
+    with tracked(args.suite):
+        run(args)
+
+
+def tracked(suite: str):
+    """The benchmark's own MLflow run (`learning-SUITE`, in the home's tracking store): every training
+    and evaluation it runs is a child run named by its stage (sft, rl, rl-seed1, eval-sft-memagent-4K-n200)."""
+    from pipelines.config import load_config
+    from pipelines.track.tracker import create_tracker, pipeline_run
+
+    cfg = load_config(None, [])
+    return pipeline_run(create_tracker(cfg), cfg, f"learning-{suite}")
+
+
+def run(args: argparse.Namespace) -> None:
     suite = SUITES[args.suite]
     tasks = args.tasks or suite.tasks
     work, results = Path(args.work) / suite.folder, Path(args.results) / suite.folder

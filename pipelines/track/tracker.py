@@ -41,6 +41,9 @@ _PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_p
 TRAINED_LEAVES = ("best", "final")
 _CONFIG: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_config", default=None)
 _STAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("memagent_stage", default=None)
+# A stage a pipeline runs as another process (benchmarks/learning.py runs `memagent train` and
+# `memagent eval`): the pipeline's run and the stage's name reach that process's command run here.
+PARENT_ENV, STAGE_ENV = "MEMAGENT_PARENT_RUN", "MEMAGENT_STAGE"
 
 
 class Tracker(Protocol):
@@ -396,7 +399,7 @@ def short_model(ref: str) -> str:
 def run_name(command: str, cfg: Any, label: str | None = None) -> str:
     """The run's name: the pipeline stage it is (a stage run), else `command label` (default
     label: the model's short name)."""
-    return _STAGE.get() or f"{command} {label or short_model(cfg.model.path)}"
+    return _staged() or f"{command} {label or short_model(cfg.model.path)}"
 
 
 def config_label() -> str | None:
@@ -413,8 +416,23 @@ def train_label(cfg: Any, sft: bool) -> str:
 def parent_tags() -> dict[str, str]:
     """Inside a pipeline's stage: the tags that make a run opened elsewhere (a Serve deployment's)
     that stage's child run; else none."""
-    parent, staged = _PARENT.get(), _STAGE.get()
+    parent, staged = _parent(), _staged()
     return {"mlflow.parentRunId": parent, "stage": staged} if parent and staged else {}
+
+
+def _parent() -> str | None:
+    return _PARENT.get() or os.environ.get(PARENT_ENV) or None
+
+
+def _staged() -> str | None:
+    return _STAGE.get() or os.environ.get(STAGE_ENV) or None
+
+
+def stage_env(name: str) -> dict[str, str]:
+    """The environment of a process that runs this pipeline's stage `name` (see PARENT_ENV): its
+    command run is then that stage's child run; {} outside a tracked pipeline."""
+    parent = _PARENT.get()
+    return {PARENT_ENV: parent, STAGE_ENV: name} if parent else {}
 
 
 def stage(name: str) -> contextlib.AbstractContextManager[None]:
@@ -427,8 +445,8 @@ def command_run(tracker: Tracker, cfg: Any, name: str, tags: Mapping[str, object
                 params: Mapping[str, object] | None = None, label: str | None = None) -> Iterator[str | None]:
     """One run per command (the pipeline's child inside a stage): the full resolved config as
     params (redacted), tags set; named as run_name says."""
-    staged = _STAGE.get()
-    with tracker.start_run(run_name(name, cfg, label), parent=_PARENT.get() if staged else None) as run_id:
+    staged = _staged()
+    with tracker.start_run(run_name(name, cfg, label), parent=_parent() if staged else None) as run_id:
         tracker.log_params({**flatten(cfg.model_dump(mode="json")), **(params or {})})
         tracker.set_tags({"command": name, **({"stage": staged} if staged else {}), **run_tags(cfg),
                           **(tags or {})})

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 
 from pipelines.config import load_config
 from pipelines.track.datasets import HELD_OUT, DatasetRef, dataset_input, describe, listing_digest
-from pipelines.track.tracker import (MlflowTracker, command_run, config_named, config_source, nested_under, parent_tags,
-                                     pipeline_run, short_model, stage, train_label)
+from pipelines.track.tracker import (PARENT_ENV, STAGE_ENV, MlflowTracker, command_run, config_named, config_source,
+                                     nested_under, parent_tags, pipeline_run, short_model, stage, stage_env, train_label)
 
 
 def test_short_names_and_config_source():
@@ -69,6 +69,24 @@ def test_a_pipeline_run_holds_its_named_stages(tmp_path):
     assert "mlflow.parentRunId" not in runs["eval smollm2"].data.tags
     top = runs["quickstart"].data.tags
     assert top["command"] == "quickstart" and top["model"] == "smollm2" and "config" in top
+
+
+def test_a_stage_in_another_process_nests_by_its_environment(tmp_path, monkeypatch):
+    """benchmarks/learning.py runs its trainings and evaluations as processes: stage_env hands them
+    the pipeline's run and the stage's name, and their command runs become its children."""
+    cfg = load_config(None, ["model.path=smollm2"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri, "memagent", (tmp_path / "art").as_uri(), tmp_path / "spool")
+    with pipeline_run(tracker, cfg, "learning-needles") as parent:
+        env = stage_env("sft")
+    assert env == {PARENT_ENV: parent, STAGE_ENV: "sft"} and stage_env("sft") == {}  # outside: none
+    for key, value in env.items():  # as the stage's process sees them
+        monkeypatch.setenv(key, value)
+    with command_run(MlflowTracker(uri, "memagent", None, tmp_path / "s"), cfg, "train"):
+        pass
+    runs = {r.info.run_name: r.data.tags for r in tracker.client.search_runs([tracker.experiment_id()])}
+    assert set(runs) == {"learning-needles", "sft"}
+    assert runs["sft"]["mlflow.parentRunId"] == parent and runs["sft"]["stage"] == "sft"
 
 
 def test_a_served_answers_trace_names_its_document_and_holds_its_text_only_when_asked():
