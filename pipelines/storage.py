@@ -18,7 +18,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -160,6 +160,17 @@ def read_text_blocks(uri: str, block_size: int = BLOCK) -> Iterator[str]:
         yield decode_block(decoder, b"", uri, final=True)
     if seen == 0:
         raise UserError(f"document '{uri}': empty")
+
+
+def iter_lines(raw_blocks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines (without their newline) of a byte stream given as blocks, streamed."""
+    carry = b""
+    for raw in raw_blocks:
+        lines = (carry + raw).split(b"\n")
+        carry = lines.pop()
+        yield from lines
+    if carry:
+        yield carry
 
 
 def decode_block(decoder: codecs.IncrementalDecoder, raw: bytes, uri: str, final: bool) -> str:

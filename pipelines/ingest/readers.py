@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from pipelines.data.manifest import Quarantine
 from pipelines.ingest.sources import SourceObject
-from pipelines.storage import first_line, resolve
+from pipelines.storage import first_line, iter_lines, resolve
 
 BLOCK = 1 << 20
 
@@ -82,16 +82,6 @@ def read_text(obj: SourceObject) -> Iterator[Item]:
             raise BadObject("not UTF-8 text (truncated character at end)") from None
 
     yield Doc(obj.rel, blocks())
-
-
-def iter_lines(raw_blocks: Iterable[bytes]) -> Iterator[bytes]:
-    carry = b""
-    for raw in raw_blocks:
-        lines = (carry + raw).split(b"\n")
-        carry = lines.pop()
-        yield from lines
-    if carry:
-        yield carry
 
 
 def parse_record(raw: bytes, n: int, obj: SourceObject, text_field: str, id_field: str | None) -> Item | None:

@@ -17,9 +17,8 @@ import pyarrow.parquet as pq
 
 from pipelines.agent.reward import ANSWER_KINDS
 from pipelines.errors import UserError
-from pipelines.ingest.readers import iter_lines
 from pipelines.data.store import ChunkStore
-from pipelines.storage import BLOCK, file_info, first_line, read_text_blocks, resolve
+from pipelines.storage import BLOCK, file_info, first_line, iter_lines, read_text_blocks, resolve
 
 FIELDS = ("id", "question", "answers", "answer_kind", "split", "document", "document_uri", "doc_id")
 DOC_FIELDS = ("document", "document_uri", "doc_id")

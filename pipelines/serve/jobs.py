@@ -23,10 +23,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.errors import UserError
-from pipelines.ingest.readers import iter_lines
 from pipelines.serve.access import real, under
 from pipelines.serve.schema import OutputRow, ServeError
-from pipelines.storage import BLOCK, first_line, resolve, written
+from pipelines.storage import BLOCK, first_line, iter_lines, resolve, written
 
 SHARD = re.compile(r"^part-(\d{6})\.parquet$")
 INPUT_SUFFIXES = (".parquet", ".jsonl")

@@ -159,10 +159,9 @@ def test_the_shared_contracts_know_no_stage():
 
 # Outside ingest, what of it may be imported: the config root composes its section, and the
 # task builders make task rows on the fly (the eval ladder, training's held-out split, the
-# quickstart, plan's length parser). serve.jobs still reads jsonl lines with ingest's reader:
-# that splitter belongs in storage.py beside read_text_blocks (left for its owner to move).
+# quickstart, plan's length parser).
 INGEST_OPEN = ("pipelines.ingest.builders",)
-INGEST_EXCEPTIONS = {("pipelines.config", "pipelines.ingest.config"), ("pipelines.serve.jobs", "pipelines.ingest.readers")}
+INGEST_EXCEPTIONS = {("pipelines.config", "pipelines.ingest.config")}
 
 
 def test_no_stage_reaches_into_ingest_but_for_its_task_builders():
