@@ -4,6 +4,7 @@ the gates, the records that count them, and engines that end a kept turn at its 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from pathlib import Path
 
@@ -201,6 +202,11 @@ def test_trajectories_records_and_metrics_carry_the_gates():
     cell = ("niah", "4K", "memagent")
     rec = trajectory_record(RowRef(cell, 0, task_row), t, traces=1)
     assert (rec["chunks_read"], rec["memory_updates"], rec["exit_chunk"], rec["malformed"]) == (4, 2, 4, 1)
+    assert rec["generated"] == 10  # 2 tokens in each of the 5 turns: what the benchmark's tokens/doc reads
+    from pipelines.eval.results import summarize
+
+    assert summarize([rec, {**rec, "generated": 20}])["generated"] == 15
+    assert math.isnan(summarize([rec, {k: v for k, v in rec.items() if k != "generated"}])["generated"])  # older cells
     assert gate_metrics(cell, [rec, {**rec, "exit_chunk": None, "chunks_unread": 0, "malformed": 0}]) == {
         "gate/niah/4K/update_rate": 0.5, "gate/niah/4K/exit_fraction": 6 / 14, "gate/niah/4K/malformed": 1.0}
     assert gate_metrics(("niah", "4K", "truncation"), [rec]) == {}
