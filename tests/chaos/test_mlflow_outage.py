@@ -3,8 +3,9 @@ reach it when it is back (track/outbox.py), and the run ends FINISHED with every
 
 The outage spans OUTAGE_STEPS steps and at least CHAOS_MLFLOW_OUTAGE_S seconds (the issue's 60 s;
 5 by default: the tracker behaves the same, its held records go out on its first try after the
-server is back). Then the rollouts wait at a gate (tests/chaos/rewards.py) until the restarted
-server answers, so the run cannot end before it however slowly the server starts here."""
+server is back). The rows past the first HOLD_FROM wait at a gate (tests/chaos/rewards.py) until
+the restarted server answers, so the run cannot end before it however slowly the server starts
+here, and the rows before it are enough for the steps the outage must see."""
 
 from __future__ import annotations
 
@@ -17,13 +18,14 @@ import pytest
 
 from infra.mlflow_server import MlflowServer
 from tests.chaos.conftest import Training
-from tests.chaos.rewards import GATE_ENV
+from tests.chaos.rewards import GATE_ENV, HOLD_ENV
 from tests.learn.conftest import rl_overrides
 
 OUTAGE_S = float(os.environ.get("CHAOS_MLFLOW_OUTAGE_S", "5"))
 DOWN_AT, OUTAGE_STEPS = 2, 3
-# Past the gate the learner still finds at most rollout.buffer_groups (4) + one worker's loops
-# (4 groups) finished: 4 steps, and one in training. STEPS leaves it 7, so the gate always holds.
+# A step takes 2 groups (rl_overrides): rows below HOLD_FROM give the outage its steps with 6 rows
+# to spare for groups dropped with equal rewards; STEPS needs rows past it, held until the server is back.
+HOLD_FROM = 2 * (DOWN_AT + OUTAGE_STEPS) + 6
 STEPS = DOWN_AT + OUTAGE_STEPS + 7
 
 
@@ -43,15 +45,15 @@ def tracked_rl(tiny_model_dir, uri: str) -> list[str]:
 @pytest.mark.slow  # a real training run or a server stopped and started
 def test_training_rides_out_a_tracking_outage(mlflow, rl_tasks, tiny_model_dir, tmp_path):
     gate = tmp_path / "gate"
+    gate.touch()
     args = ["train", "--tasks", rl_tasks, "--steps", str(STEPS), "--out", str(tmp_path / "run"),
             *tracked_rl(tiny_model_dir, mlflow.uri)]
-    run = Training(args, {"MEMAGENT_HOME": str(tmp_path / "home"), GATE_ENV: str(gate)})
+    run = Training(args, {"MEMAGENT_HOME": str(tmp_path / "home"), GATE_ENV: str(gate), HOLD_ENV: str(HOLD_FROM)})
     try:
         run.wait_step(DOWN_AT)
         mlflow.stop()
         down = time.monotonic()
         run.wait_step(DOWN_AT + OUTAGE_STEPS)  # training goes on while the server is down
-        gate.touch()
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down)))
         mlflow.start()
         gate.unlink()
