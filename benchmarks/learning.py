@@ -76,6 +76,7 @@ from benchmarks.common import finish  # noqa: E402
 from benchmarks.learning_targets import Targets, judge, lines, spread  # noqa: E402
 from pipelines.agent.reward import is_qa  # noqa: E402
 from pipelines.eval.stats import paired_diff  # noqa: E402
+from pipelines.learn.runs import INDEX  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ def train(kind: str, suite: Suite, work: Path, tasks: str, steps: int, extra: li
     flags = ["--sft"] if kind == "sft" else []
     line = None
     for attempt in range(1, ATTEMPTS + 1):
-        resume = ["--resume"] if (out / "learner" / "checkpoint_manager_snapshot.json").exists() else []
+        resume = ["--resume"] if (out / "learner" / INDEX).exists() else []
         started = time.monotonic()
         try:
             line = sh([sys.executable, "-m", "pipelines.cli", "--config", suite.presets[kind], "train", *flags, *options,

@@ -191,11 +191,12 @@ def test_eval_cell_is_on_s3(stages):
 
 
 def test_training_steps_left_checkpoints_and_a_model_on_s3(stages):
+    from pipelines.learn.runs import INDEX
     from pipelines.storage import exists
 
     assert stages.train["steps"] == 2 and stages.train["version"] == 2
     assert stages.train["model"] == f"{ROOT}/train/final" and exists(f"{ROOT}/train/final/config.json")
-    assert exists(f"{ROOT}/train/learner/checkpoint_manager_snapshot.json")
+    assert exists(f"{ROOT}/train/learner/{INDEX}")
 
 
 def test_batch_job_results_are_on_s3(stages):

@@ -105,7 +105,9 @@ def run_copy(rl_run, tmp_path) -> Path:
 
 
 def latest_checkpoint(out: Path) -> Path:
-    snapshot = json.loads((out / "learner" / "checkpoint_manager_snapshot.json").read_text())
+    from pipelines.learn.runs import INDEX
+
+    snapshot = json.loads((out / "learner" / INDEX).read_text())
     return out / "learner" / snapshot["latest_checkpoint_result"]["checkpoint_dir_name"]
 
 
