@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipelines.rollout.trajectory import Group
+from pipelines.track.metrics import GATE_EXIT_FRACTION, GATE_MALFORMED, GATE_UPDATE_RATE
 
 
 @dataclass
@@ -51,12 +52,7 @@ class MetricsTally:
         self.malformed += malformed
 
     def gate_metrics(self) -> dict[str, float]:
-        """Ungated rollouts: update_rate 1, exit_fraction 0, malformed 0."""
-        return {
-            "gate/update_rate": self.memory_updates / max(self.chunks_read, 1),
-            "gate/exit_fraction": self.chunks_unread / max(self.chunks_read + self.chunks_unread, 1),
-            "gate/malformed": float(self.malformed),
-        }
+        return gate_rates(self.chunks_read, self.chunks_unread, self.memory_updates, self.malformed)
 
     def metrics(self, filtered_groups: int = 0, seconds: float | None = None) -> dict[str, float]:
         n = max(self.trajectories, 1)
@@ -73,6 +69,16 @@ class MetricsTally:
             "rollout/staleness": self.staleness_sum / n,
             **self.gate_metrics(),
         }
+
+
+def gate_rates(read: int, unread: int, updates: int, malformed: int) -> dict[str, float]:
+    """The gate/ metrics of any sum of memory turns (rollouts, a batch job's rows): the one
+    definition. Ungated: update_rate 1, exit_fraction 0, malformed 0; nothing read: 0, 0, 0."""
+    return {
+        GATE_UPDATE_RATE: updates / max(read, 1),
+        GATE_EXIT_FRACTION: unread / max(read + unread, 1),
+        GATE_MALFORMED: float(malformed),
+    }
 
 
 def rollout_metrics(groups: list[Group], filtered_groups: int = 0, seconds: float | None = None,
