@@ -56,6 +56,3 @@ def iter_chunks(token_blocks: Iterable[list[int]], chunk_size: int) -> Iterator[
     if buf:
         yield buf
 
-
-def chunk_ids(ids: list[int], chunk_size: int) -> list[list[int]]:
-    return list(iter_chunks([ids], chunk_size))

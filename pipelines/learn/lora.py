@@ -28,9 +28,6 @@ class LoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + (x @ self.lora_a.T @ self.lora_b.T) * self.scale
 
-    def merged_weight(self) -> torch.Tensor:
-        return self.base.weight + (self.lora_b @ self.lora_a) * self.scale
-
 
 def add_lora(model: nn.Module, cfg: LoraConfig) -> int:
     """Replace every targeted nn.Linear (by attribute name) with a LoraLinear; returns how many."""

@@ -1,6 +1,6 @@
 import pytest
 
-from pipelines.agent.chunking import chunk_ids, iter_chunks, iter_token_blocks, n_turns, split_at_whitespace
+from pipelines.agent.chunking import iter_chunks, iter_token_blocks, n_turns, split_at_whitespace
 
 
 @pytest.mark.parametrize("n,size,expected", [
@@ -11,7 +11,7 @@ from pipelines.agent.chunking import chunk_ids, iter_chunks, iter_token_blocks, 
 ])
 def test_chunk_boundaries(n, size, expected):
     ids = list(range(n))
-    chunks = chunk_ids(ids, size)
+    chunks = list(iter_chunks([ids], size))
     assert [len(c) for c in chunks] == expected
     assert [i for c in chunks for i in c] == ids
 

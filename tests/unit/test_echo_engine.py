@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from pipelines.agent import AgentConfig
-from pipelines.agent.chunking import chunk_ids, n_turns
+from pipelines.agent.chunking import iter_chunks, n_turns
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.factory import make_loop
 from pipelines.engine import EngineConfig, create_engine, refuse_stand_in
@@ -18,7 +18,7 @@ def test_the_loop_reads_every_chunk_and_ends_boxed(smollm2_dir):
     codec = ChatCodec(engine.tokenizer)
     ids = codec.encode("The sky is blue. " * 120)
     cfg = AgentConfig(chunk_size=128, memory_budget=16, final_budget=8)
-    loop = make_loop("What colour is the sky?", chunk_ids(ids, 128), codec, cfg)
+    loop = make_loop("What colour is the sky?", list(iter_chunks([ids], 128)), codec, cfg)
     result = asyncio.run(run_loop(engine, loop, agent_sampling(cfg)))
     assert result.n_turns == n_turns(len(ids), 128) and result.doc_tokens == len(ids)
     assert result.prediction == "echo"

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from pipelines.agent import get_templates
-from pipelines.agent.chunking import chunk_ids, n_turns
+from pipelines.agent.chunking import iter_chunks, n_turns
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent import Response
 from pipelines.agent.loop import AgentLoop, LoopLimits
@@ -17,7 +17,7 @@ LIMITS = LoopLimits(memory_budget=16, final_budget=8, question_budget=64)
 def make(tokenizer, n_tokens, chunk=100, keep=True):
     ids = (tokenizer.encode("alpha beta gamma delta " * 400, add_special_tokens=False))[:n_tokens]
     codec = ChatCodec(tokenizer)
-    return AgentLoop("Which word?", chunk_ids(ids, chunk), codec, get_templates("release"), LIMITS, keep), codec
+    return AgentLoop("Which word?", list(iter_chunks([ids], chunk)), codec, get_templates("release"), LIMITS, keep), codec
 
 
 def drive(loop, codec, reply):
