@@ -25,13 +25,14 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pyarrow as pa
 
 from pipelines import runtime
 from pipelines.config import Config
 from pipelines.errors import UserError
-from pipelines.serve.jobs import finished_shards, input_files, shard_counts, write_shard
+from pipelines.serve.jobs import ShardCounts, finished_shards, input_files, shard_counts, write_shard
 from pipelines.serve.jobstore import JobState, JobStatus, JobStore
 from pipelines.serve.replica import AgentCore, ReplicaSettings
 from pipelines.serve.settings import check_store, replica_options, replica_settings, with_allowed
@@ -60,8 +61,7 @@ class ShardAnswerer:
         rows = await asyncio.to_thread(read, self.input, shard)
         out = await asyncio.gather(*(self._row(r) for r in rows))
         await asyncio.to_thread(write_shard, self.output, shard.k, out)
-        return {"k": shard.k, "rows": len(out), "errors": sum(r.error is not None for r in out),
-                "tokens": sum(r.tokens for r in out), "started": started, "ended": time.time()}
+        return {"k": shard.k, **asdict(ShardCounts.of_rows(out)), "started": started, "ended": time.time()}
 
     async def _row(self, row: dict) -> OutputRow:
         async with self.loops:
@@ -94,7 +94,7 @@ def run(cfg: Config, store: JobStore, state: JobState) -> None:
             first, last = float("inf"), 0.0
             for r in answered(cfg, settings, state, pending):
                 first, last = min(first, r["started"]), max(last, r["ended"])
-                state.add_shard(r["rows"], r["errors"], r["tokens"], last - first)
+                state.add_shard(ShardCounts.from_record(r), last - first)
                 store.save(state)
                 bar.set(state.done, errors=state.errors, **{"tok/s": state.public()["tokens_per_s"]})
         except KeyboardInterrupt:

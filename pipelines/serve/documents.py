@@ -15,6 +15,7 @@ here): the gateway alone turns a kind into a status (gateway.DOCUMENT_STATUS).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -74,6 +75,16 @@ class Reading:
             if self.total is not None:  # decoded bytes may differ a little from the raw ones
                 self.read = min(self.read, self.total)
             yield chunk
+
+    def chunks_unread(self, tokens_read: int, chunk_size: int, exited: bool) -> int | None:
+        """Chunks a loop that exited after `tokens_read` tokens left unread (0 if it read to the
+        end): counted from a length in tokens; None for a streamed uri, whose length in tokens
+        is known only by reading the rest (which the exit is there to spare)."""
+        if not exited:
+            return 0
+        if self.unit != "tokens" or self.total is None:
+            return None
+        return max(math.ceil((self.total - tokens_read) / chunk_size), 0)
 
 
 def capped(chunks: Iterable[list[int]], limit: int, name: str) -> Iterator[list[int]]:

@@ -195,8 +195,40 @@ def write_shard(output: str, k: int, rows: list[OutputRow]) -> None:
         pq.write_table(table, target, filesystem=fs)
 
 
-def shard_counts(fs: pafs.FileSystem, path: str) -> tuple[int, int, int]:
-    """(rows, errors, tokens) of a finished shard, from its two small columns."""
-    table = pq.read_table(path, columns=["error", "tokens"], filesystem=fs)
-    return table.num_rows, table.num_rows - table["error"].null_count, int(pc.sum(table["tokens"]).as_py() or 0)
+SUMMED = ("tokens", "chunks_read", "chunks_unread", "memory_updates", "malformed")  # ShardCounts' column sums
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardCounts:
+    """What a job counts of a finished shard: its rows, error rows, document tokens read, and the
+    sums of the gates' columns (schema.GATE_FIELDS; an unknown chunks_unread counts 0)."""
+
+    rows: int = 0
+    errors: int = 0
+    tokens: int = 0
+    chunks_read: int = 0
+    chunks_unread: int = 0
+    memory_updates: int = 0
+    malformed: int = 0
+
+    @classmethod
+    def of_rows(cls, rows: list[OutputRow]) -> ShardCounts:
+        return cls(len(rows), sum(r.error is not None for r in rows),
+                   **{k: sum(getattr(r, k) or 0 for r in rows) for k in SUMMED})
+
+    @classmethod
+    def from_record(cls, rec: dict) -> ShardCounts:
+        """From a record holding these fields among others (a Ray Dataset row: datarunner.py)."""
+        return cls(**{f.name: int(rec[f.name]) for f in dataclasses.fields(cls)})
+
+
+def shard_counts(fs: pafs.FileSystem, path: str) -> ShardCounts:
+    """A finished shard's counts, from its small columns; a shard written before a column was
+    added (a resumed job's older shards) counts 0 for it."""
+    with fs.open_input_file(path) as f:
+        shard = pq.ParquetFile(f)
+        present = set(shard.schema_arrow.names)
+        table = shard.read(columns=["error", *(c for c in SUMMED if c in present)])
+    sums = {c: int(pc.sum(table[c]).as_py() or 0) for c in SUMMED if c in present}
+    return ShardCounts(table.num_rows, table.num_rows - table["error"].null_count, **sums)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 
 import pyarrow.fs as pafs
 
-from pipelines.serve.jobs import job_id_for
+from pipelines.serve.jobs import ShardCounts, job_id_for
 from pipelines.serve.schema import ServeError
 from pipelines.serve.state import join, read_json, write_json
 from pipelines.storage import first_line, resolve
@@ -47,6 +47,11 @@ class JobState:
     done: int = 0
     errors: int = 0
     tokens: int = 0
+    # the gates' sums over the job's rows (jobs.ShardCounts); a state saved before them loads with 0
+    chunks_read: int = 0
+    chunks_unread: int = 0
+    memory_updates: int = 0
+    malformed: int = 0
     message: str = ""
     run_done: int = 0  # this run's share (a resumed job's rate counts only what it did itself)
     run_tokens: int = 0
@@ -61,15 +66,23 @@ class JobState:
         self.run_done = self.run_tokens = 0
         self.run_seconds = 0.0
 
-    def recount(self, total: int, shards: Iterator[tuple[int, int, int]]) -> None:
-        """Counters from the finished shards' (rows, errors, tokens), not from the last save."""
-        self.total, self.done, self.errors, self.tokens = total, 0, 0, 0
-        for rows, errors, tokens in shards:
-            self.done, self.errors, self.tokens = self.done + rows, self.errors + errors, self.tokens + tokens
+    def recount(self, total: int, shards: Iterator[ShardCounts]) -> None:
+        """Counters from the finished shards, not from the last save: each shard counts once
+        however often the job was stopped and resumed."""
+        self.total = total
+        for name in JOB_COUNTERS.values():
+            setattr(self, name, 0)
+        for counts in shards:
+            self._add(counts)
 
-    def add_shard(self, rows: int, errors: int, tokens: int, run_seconds: float) -> None:
-        self.done, self.errors, self.tokens = self.done + rows, self.errors + errors, self.tokens + tokens
-        self.run_done, self.run_tokens, self.run_seconds = self.run_done + rows, self.run_tokens + tokens, run_seconds
+    def add_shard(self, counts: ShardCounts, run_seconds: float) -> None:
+        self._add(counts)
+        self.run_done, self.run_tokens = self.run_done + counts.rows, self.run_tokens + counts.tokens
+        self.run_seconds = run_seconds
+
+    def _add(self, counts: ShardCounts) -> None:
+        for key, name in JOB_COUNTERS.items():
+            setattr(self, name, getattr(self, name) + getattr(counts, key))
 
     def finish(self) -> None:
         self.status = JobStatus.DONE
@@ -94,6 +107,8 @@ class JobState:
                 "message": self.message}
 
 
+# each ShardCounts field -> the JobState counter that sums it over the job's finished shards
+JOB_COUNTERS = {f.name: "done" if f.name == "rows" else f.name for f in fields(ShardCounts)}
 _SAVE_LOCK = threading.Lock()
 
 

@@ -27,7 +27,7 @@ from pipelines.models import resolve_model
 from pipelines.serve import chat
 from pipelines.serve.config import ServeConfig
 from pipelines.serve.documents import DocLimits, Documents, Reading
-from pipelines.serve.schema import DOC_FIELDS, OutputRow, Reply
+from pipelines.serve.schema import DOC_FIELDS, Answered, OutputRow, Reply
 from pipelines.serve.follow import pin
 from pipelines.serve.state import read_model_state
 
@@ -83,8 +83,8 @@ class AgentCore:
         reading = self.docs.chunks(**{k: doc.get(k) for k in DOC_FIELDS})
         return make_loop(question, reading, self.codec, self.settings.agent), reading
 
-    async def _drive(self, loop: Loop, on_turn: Callable[[AgentResult], None] | None = None,
-                     doc: dict | None = None) -> dict:
+    async def _drive(self, loop: Loop, reading: Reading, on_turn: Callable[[AgentResult], None] | None = None,
+                     doc: dict | None = None) -> Answered:
         """One document's loop on the engine; cancelled, it stops before its next turn. A sampled
         answer's trace record goes to on_trace (doc: the request, for its document's name)."""
         def turned(progress: AgentResult) -> None:
@@ -99,15 +99,17 @@ class AgentCore:
             if self.on_trace is not None and random.random() < self.settings.serve.trace_sample:
                 self.on_trace(trace_record(result, doc or {}, self.model, self.engine.version,
                                            self.settings.serve.trace_documents))
-            return {"answer": result.answer, "prediction": result.prediction, "turns": result.n_turns,
-                    "doc_tokens": result.doc_tokens, "seconds": round(time.perf_counter() - start, 3),
-                    "model_version": self.engine.version, **gate_fields(result), "memory": result.memory}
+            unread = reading.chunks_unread(result.doc_tokens, self.settings.agent.chunk_size,
+                                           result.exit_chunk is not None)
+            return Answered(result.answer, result.prediction, result.n_turns, result.doc_tokens,
+                            round(time.perf_counter() - start, 3), self.engine.version, result.chunks_read,
+                            unread, result.memory_updates, result.exit_chunk, result.malformed, result.memory)
         finally:
             self.ongoing -= 1
 
-    async def _run(self, question: str, doc: dict) -> dict:
+    async def _run(self, question: str, doc: dict) -> Answered:
         await self.sync_version()
-        return await self._drive(self._open(question, doc)[0], doc=doc)
+        return await self._drive(*self._open(question, doc), doc=doc)
 
     async def answer(self, req: dict) -> Reply:
         """/v1/answer: the body was validated by the gateway."""
@@ -115,9 +117,7 @@ class AgentCore:
             out = await self._run(req["question"], req)
         except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
             return Reply.failure(e)
-        if not req.get("show_memory"):
-            out.pop("memory")
-        return Reply(out)
+        return Reply(out.body(bool(req.get("show_memory"))))
 
     async def answer_events(self, req: dict) -> AsyncIterator[dict | Reply]:
         """/v1/answer with stream: a `start` event (or, for a request failing its checks, its
@@ -138,7 +138,7 @@ class AgentCore:
             if not progress.turns[-1].is_final:
                 events.put_nowait(turn_event(progress, reading, time.perf_counter() - start))
 
-        task = asyncio.ensure_future(self._drive(loop, on_turn, req))
+        task = asyncio.ensure_future(self._drive(loop, reading, on_turn, req))
         task.add_done_callback(lambda _: events.put_nowait(None))
         try:
             while (event := await events.get()) is not None:
@@ -149,9 +149,7 @@ class AgentCore:
             return
         finally:
             task.cancel()
-        if not req.get("show_memory"):
-            out.pop("memory")
-        yield {"event": "answer", **out}
+        yield {"event": "answer", **out.body(bool(req.get("show_memory")))}
 
     async def answer_row(self, row: dict) -> OutputRow:
         """A batch row -> its output row; a failing document gets its reason in `error`."""
@@ -162,9 +160,7 @@ class AgentCore:
             res = await self._run(row["question"], row)
         except Exception as e:  # noqa: BLE001
             return OutputRow.failed(row, Reply.failure(e).error, version)
-        return OutputRow(row["id"], row.get("question"), row.get("doc_id"), res["answer"], res["prediction"],
-                         res["memory"], res["turns"], res["doc_tokens"], res["seconds"], res["model_version"],
-                         **{k: res[k] for k in GATE_FIELDS})
+        return OutputRow.answered(row, res)
 
     def _chat_plan(self, body: dict) -> chat.ChatPlan:
         return chat.plan(body, self.codec, self.settings.engine.max_model_len, self.settings.serve.chat_max_tokens,
@@ -225,9 +221,6 @@ def _model_dir(settings: ReplicaSettings, model: str) -> Path:
     return resolve_model(model, home_dir(settings.home), settings.tracking_uri)
 
 
-GATE_FIELDS = ("chunks_read", "memory_updates", "exit_chunk")
-
-
 def trace_record(result: AgentResult, doc: dict, model: str, version: int, documents: bool) -> dict:
     """What the app's Tracking deployment turns into an MLflow trace (pipelines/track/traces.py):
     the question, the memory after each chunk turn, each turn's counts, the answer; the document
@@ -239,11 +232,6 @@ def trace_record(result: AgentResult, doc: dict, model: str, version: int, docum
     return {"question": result.question, "memory": list(result.memory), "steps": steps, "answer": result.answer,
             "prediction": result.prediction, "doc_tokens": result.doc_tokens, "model": model, "version": version,
             "document": {**named, **{k: v for k, v in text.items() if v}}}
-
-
-def gate_fields(result: AgentResult) -> dict:
-    """What the gates did (agent.gates): chunks read, memory turns not kept, the exit's chunk or None."""
-    return {k: getattr(result, k) for k in GATE_FIELDS}
 
 
 def turn_event(progress: AgentResult, reading: Reading, elapsed: float) -> dict:

@@ -11,8 +11,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from pipelines.serve.jobs import (Answer, count_rows, finished_shards, iter_rows, iter_shards, shard_counts,
-                                  write_shard)
+from pipelines.serve.jobs import (Answer, ShardCounts, count_rows, finished_shards, iter_rows, iter_shards,
+                                  shard_counts, write_shard)
 from pipelines.serve.jobstore import JobState, JobStore
 from pipelines.serve.schema import OutputRow
 from pipelines.storage import resolve
@@ -78,8 +78,7 @@ class JobRunner:
     async def _shard(self, k: int, rows: list[dict]) -> None:
         out = await asyncio.gather(*(self._row(r) for r in rows))
         await asyncio.to_thread(write_shard, self.state.output, k, out)
-        self.state.add_shard(len(out), sum(r.error is not None for r in out), sum(r.tokens or 0 for r in out),
-                             time.perf_counter() - self._start)
+        self.state.add_shard(ShardCounts.of_rows(out), time.perf_counter() - self._start)
         await asyncio.to_thread(self.store.save, self.state)
 
     async def _row(self, row: dict) -> OutputRow:

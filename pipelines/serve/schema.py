@@ -1,6 +1,6 @@
 """HTTP request bodies, the one-line error every bad input gets, the Reply every call
-behind the gateway answers with, and the OutputRow every batch row is answered with (the
-replica makes it, the batch I/O in jobs.py stores it).
+behind the gateway answers with, a document's Answered (/v1/answer's body), and the OutputRow
+every batch row is answered with (the replica makes it, the batch I/O in jobs.py stores it).
 
 Bodies are parsed by hand (size check, JSON, then these models) so that each failure,
 including malformed JSON, answers with a 4xx and one line naming the input.
@@ -9,7 +9,7 @@ including malformed JSON, answers with a 4xx and one line naming the input.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pyarrow as pa
@@ -159,6 +159,39 @@ def parse_body(raw: bytes, model: type[BaseModel], limit: int) -> Any:
         raise ServeError(validation_reason(e), 422) from None
 
 
+# What the gates did with a document (pipelines.agent.gates): chunks read; chunks left unread after
+# an exit (None where the length in chunks is unknown: a streamed uri that exited); memory turns
+# not kept; the chunk whose turn ended the reading (None: read to the end); malformed markers.
+# Ungated: chunks_read == memory_updates, chunks_unread 0, exit_chunk None, malformed 0.
+GATE_FIELDS = ("chunks_read", "chunks_unread", "memory_updates", "exit_chunk", "malformed")
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A document answered by a replica: /v1/answer's body (and its streamed `answer` event's)
+    and, through OutputRow.answered, a batch row."""
+
+    answer: str
+    prediction: str | None
+    turns: int
+    doc_tokens: int
+    seconds: float
+    model_version: int
+    chunks_read: int
+    chunks_unread: int | None
+    memory_updates: int
+    exit_chunk: int | None
+    malformed: int
+    memory: list[str]
+
+    def body(self, show_memory: bool) -> dict:
+        """The JSON body; the memory after each chunk only when asked for (it can be long)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not show_memory:
+            out.pop("memory")
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class OutputRow:
     """One answered input row, as a shard stores it; a row that could not be answered has
@@ -175,12 +208,18 @@ class OutputRow:
     seconds: float = 0.0
     model_version: int | None = None
     error: str | None = None
-    # agent.gates (pipelines.agent.gates): chunks read, memory turns not kept, the chunk whose turn
-    # ended the reading (None: read to the end). Ungated: chunks_read == memory_updates.
+    # GATE_FIELDS; shards written before chunks_unread and malformed lack their columns (jobs.shard_counts)
     chunks_read: int = field(default=0, metadata={"arrow": pa.int32()})
     memory_updates: int = field(default=0, metadata={"arrow": pa.int32()})
     exit_chunk: int | None = field(default=None, metadata={"arrow": pa.int32()})
+    chunks_unread: int | None = field(default=0, metadata={"arrow": pa.int32()})
+    malformed: int = field(default=0, metadata={"arrow": pa.int32()})
 
     @classmethod
     def failed(cls, row: dict, error: str | None, model_version: int | None = None) -> OutputRow:
         return cls(row["id"], row.get("question"), row.get("doc_id"), model_version=model_version, error=error)
+
+    @classmethod
+    def answered(cls, row: dict, a: Answered) -> OutputRow:
+        return cls(row["id"], row.get("question"), row.get("doc_id"), a.answer, a.prediction, a.memory, a.turns,
+                   a.doc_tokens, a.seconds, a.model_version, **{k: getattr(a, k) for k in GATE_FIELDS})

@@ -6,7 +6,7 @@ VERSION of a `models:/NAME/VERSION`, else the weights version, 0 at start and on
 reload), tag `serving` the reference loaded last, tag `replica.ID` what each replica serves.
 Each batch job is a run nested under it (`command=batch`: tags input, output, model,
 model_version; metrics serve/documents, serve/failed, serve/documents_per_s,
-serve/tokens_per_s; FINISHED, FAILED, or KILLED when cancelled or the app stopped mid-job: the
+serve/tokens_per_s, gate/update_rate, gate/exit_fraction, gate/malformed; FINISHED, FAILED, or KILLED when cancelled or the app stopped mid-job: the
 resumed job is a new run, and a start left RUNNING by a killed app is marked KILLED).
 
 MLflow's client never runs inside an agent replica or the job manager (its imports and a
@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
+from pipelines.rollout.metrics import gate_rates
 from pipelines.serve.follow import served_version
 from pipelines.track.metrics import (SERVE_DOCUMENTS, SERVE_DOCUMENTS_PER_S, SERVE_FAILED, SERVE_MODEL_VERSION,
                                      SERVE_TOKENS_PER_S)
@@ -30,10 +31,12 @@ log = logging.getLogger("memagent.serve")
 
 
 def job_figures(state) -> dict[str, float]:
-    """What a batch job's run records at its end (its JobState's counters and this run's rates)."""
+    """What a batch job's run records at its end: its JobState's counters, this run's rates, and
+    the gates' metrics over every row of the job (rollout.metrics.gate_rates, the training's)."""
     pub = state.public()
     return {SERVE_DOCUMENTS: pub["done"], SERVE_FAILED: pub["errors"],
-            SERVE_DOCUMENTS_PER_S: pub["documents_per_s"], SERVE_TOKENS_PER_S: pub["tokens_per_s"]}
+            SERVE_DOCUMENTS_PER_S: pub["documents_per_s"], SERVE_TOKENS_PER_S: pub["tokens_per_s"],
+            **gate_rates(state.chunks_read, state.chunks_unread, state.memory_updates, state.malformed)}
 
 
 def kill_stale(tracker, filter_string: str) -> None:

@@ -110,7 +110,8 @@ def test_rows_from_jsonl_and_parquet_with_task_row_columns(tmp_path):
 async def _echo(row: dict) -> OutputRow:
     await asyncio.sleep(0)
     return OutputRow(id=row["id"], question=row["question"], doc_id=row["doc_id"], answer="a", prediction=None,
-                     memory=["m"], turns=2, tokens=10, seconds=0.1, model_version=0, error=row["error"])
+                     memory=["m"], turns=2, tokens=10, seconds=0.1, model_version=0, error=row["error"],
+                     chunks_read=3, memory_updates=2, exit_chunk=3, chunks_unread=1)
 
 
 def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
@@ -139,6 +140,8 @@ def test_runner_resumes_from_finished_shards_without_duplicates(tmp_path):
     ids = pq.read_table(out).column("id").to_pylist()
     assert sorted(ids) == sorted(f"r{i}" for i in range(23))
     assert JobStore().load(out).public()["done"] == 23
+    # the gates' sums count each row once, though the first run's shards were counted before the stop
+    assert (final.chunks_read, final.memory_updates, final.chunks_unread, final.malformed) == (69, 46, 23, 0)
 
 
 def _runner_peak_bytes(tmp_path, rows: int) -> int:
@@ -175,6 +178,7 @@ def test_output_schema_derives_from_the_row_type():
         ("prediction", pa.string()), ("memory", pa.list_(pa.string())), ("turns", pa.int32()),
         ("tokens", pa.int64()), ("seconds", pa.float64()), ("model_version", pa.int64()), ("error", pa.string()),
         ("chunks_read", pa.int32()), ("memory_updates", pa.int32()), ("exit_chunk", pa.int32()),
+        ("chunks_unread", pa.int32()), ("malformed", pa.int32()),
     ])
     failed = OutputRow.failed({"id": "r", "question": "q"}, "boom", 3)
     assert (failed.doc_id, failed.turns, failed.tokens, failed.model_version, failed.error) == (None, 0, 0, 3, "boom")
