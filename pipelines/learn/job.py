@@ -67,17 +67,19 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
     runtime.connect()
     hub = None
     if not req.sft:
+        from pipelines.eval.heldout import task_scores
         from pipelines.rollout.hub import start_hub
+        from pipelines.rollout.source import HubSource
 
         from pipelines.learn import teach
 
         if cfg.learn.pass_filter is not None or exists(teach.tasks_uri(out)):  # a resume reads them back
             tasks = teach.filtered(cfg, tasks, out, steps, workers, resuming=prior is not None)
             run = RunSpec(**{**run.__dict__, "tasks": tasks})
-        hub = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
-                        prior.cursor if prior else None, workers=workers)
+        hub = HubSource(start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
+                                  prior.cursor if prior else None, workers=workers, score=task_scores))
         evals = (req.heldout or runs.build_split(cfg, out, model_dir, "eval")) if cfg.learn.eval_every else ""
-        run = RunSpec(**{**run.__dict__, "hub": hub, "eval_tasks": evals})
+        run = RunSpec(**{**run.__dict__, "source": hub, "eval_tasks": evals})
     log_inputs(cfg, tracker, tasks, run.eval_tasks if not req.sft else None)
     started, last = time.perf_counter(), {}
     history = load_history(out) if prior else []  # the steps before a resume, for the curve
@@ -95,10 +97,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch=None, workers: list
         result = fit(cfg, run, {}, datasets, step_done)
     finally:
         if hub is not None:
-            import ray
-
-            ray.get(hub.close.remote())
-            ray.kill(hub)
+            hub.close()
     state = runs.latest_state(out, model_dir)
     if state is None:
         raise UserError(f"out '{out}': the run ended before its first checkpoint")

@@ -1,10 +1,11 @@
 """The learner on Ray Train: each TorchTrainer worker runs `train_loop` (gloo on CPU, NCCL on GPU).
 
-RL: rank 0 takes each step's complete groups from the rollout hub (an actor, reached over
-Ray, not through the driver) and shares them with the other ranks, so ranks stay in step;
+RL: rank 0 takes each step's complete groups and their rollout metrics from the rollout source
+(pipelines.rollout.source: the hub actor, reached over Ray, not through the driver) and shares
+them with the other ranks, so ranks stay in step;
 each rank computes its share of the conversations with the whole batch's loss weights, and
 summed gradients give the full-batch step. After the step, rank 0 publishes the policy
-(OUT/weights/vN) and hands it to the hub without waiting for the workers to load it.
+(OUT/weights/vN) and hands it to the source without waiting for the workers to load it.
 SFT: the traces stream in as a Ray Dataset shard (Ray Data feeding Ray Train).
 
 Restarts are Ray Train's: a checkpoint (pipelines.learn.checkpoint) goes with every report
@@ -26,10 +27,11 @@ import torch
 from pipelines.errors import UserError
 from pipelines.learn import checkpoint as ckpt
 from pipelines.learn.batch import rl_batch
+from pipelines.learn.config import LearnConfig
 from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import heldout_seqs, seq_of
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
-from pipelines.rollout.metrics import MetricsTally
+from pipelines.rollout.source import Batch, Evaluation, RolloutSource
 from pipelines.storage import full_disk, no_space, staged_dir
 
 
@@ -43,7 +45,7 @@ class RunSpec:
     tasks: str = ""  # task rows (SFT: the held-back slice is read from them)
     eval_tasks: str = ""  # held-out rows scored every learn.eval_every steps (RL)
     board: Any = None  # the driver's progress board (an actor)
-    hub: Any = None  # RL: the rollout hub (an actor)
+    source: RolloutSource | None = None  # RL: where the batches come from
     model_dir: str = ""  # the base model's folder on this worker's node (set by train_loop)
     start_from: str | None = None  # a checkpoint to resume from that Ray Train's index lost (runs.repair_index)
 
@@ -98,7 +100,10 @@ def _train_loop(config: dict, cfg, run: RunSpec) -> None:
     if restored is not None:
         with restored.as_directory() as d:
             state = ckpt.load(Path(d), policy, fingerprint)
-    (sft_loop if run.sft else rl_loop)(cfg, run, policy, state, rank, world)
+    if run.sft:
+        sft_loop(cfg, run, policy, state, rank, world)
+    else:
+        rl_loop(cfg.learn, run, policy, state, rank, world)
 
 
 def stand_in(uri: str | None):
@@ -163,57 +168,54 @@ def out_of_time(run: RunSpec) -> bool:
     return run.deadline is not None and time.time() > run.deadline
 
 
-def rl_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int, world: int) -> None:
-    publisher = FolderPublisher(run.out, run.model_dir, cfg.learn.keep_versions,
-                                policy.frozen_names()) if rank == 0 else None
-    keep_from, last_batch = state.version, time.perf_counter()
-    # a hub that died and was restarted starts from this checkpoint (hub.py)
-    if rank == 0 and ray.get(run.hub.resume.remote(state.cursor, state.version, state.weights)):
+def rl_loop(lc: LearnConfig, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: int,
+            world: int) -> None:
+    source = run.source
+    publisher = FolderPublisher(run.out, run.model_dir, lc.keep_versions, policy.frozen_names()) if rank == 0 else None
+    keep_from = state.version
+    # a source that died and was restarted starts from this checkpoint (rollout/hub.py)
+    if rank == 0 and source.resume(state.cursor, state.version, state.weights):
         ray.get(run.board.note.remote(f"the rollout hub was restarted: rollouts resume from the checkpoint of "
                                       f"step {state.step}"))
     while state.step < run.steps and not share(out_of_time(run), world):
-        step, t0 = state.step + 1, time.perf_counter()
-        groups = share(take_batch(cfg, run, step) if rank == 0 else None, world)
-        if not groups:
+        step = state.step + 1
+        got = share(take_batch(lc, run, step, state.version) if rank == 0 else None, world)
+        if not got.groups:
             break
-        wait_s, every_s, last_batch = time.perf_counter() - t0, time.perf_counter() - last_batch, time.perf_counter()
-        batch, fresh = rl_batch(groups, state.version, cfg.learn.norm_std)
+        batch, fresh = rl_batch(got.groups, state.version, lc.norm_std)
         m = policy.step(batch, list(range(rank, len(batch), world)), fresh=fresh)
-        # rollout/tokens_per_s: the batch's generated tokens per second between batches (what
-        # reaches the learner; groups dropped by dynamic sampling are not counted)
-        metrics = {**learner_metrics(m), **MetricsTally().add(groups, state.version).metrics(seconds=every_s),
-                   "rollout/wait_s": wait_s}
+        metrics = {**learner_metrics(m), **got.metrics, "rollout/wait_s": got.wait_s}
         state.step = step
-        if step % cfg.learn.push_every == 0 or step == run.steps:
+        if step % lc.push_every == 0 or step == run.steps:
             state.version, start = step, time.perf_counter()
             weights = policy.weights() if policy.sharded or rank == 0 else None  # sharded: collective
             if rank == 0:
                 keep_from = registered_version(run, keep_from)
                 state.weights = publisher.publish(policy.model, step, keep_from, weights)
-                run.hub.push.remote(state.weights, step)
+                source.publish(state.weights, step)
                 metrics["train/weight_push_s"] = time.perf_counter() - start
         if rank == 0:
-            if run.eval_tasks and cfg.learn.eval_every and step % cfg.learn.eval_every == 0:
-                run.hub.evaluate.remote(step, run.eval_tasks, cfg.learn.eval_n)
-            metrics.update(evaluation_metrics(ray.get(run.hub.evaluations.remote())))
-            state.cursor = ray.get(run.hub.cursor_for.remote(step))
-            metrics.update({"rollout/" + k: float(v) for k, v in ray.get(run.hub.stats.remote()).items()
+            if run.eval_tasks and lc.eval_every and step % lc.eval_every == 0:
+                source.evaluate(step, run.eval_tasks, lc.eval_n)
+            metrics.update(evaluation_metrics(source.evaluations()))
+            state.cursor = source.cursor(step)
+            metrics.update({"rollout/" + k: float(v) for k, v in source.counters().items()
                             if k in ("filtered", "stale", "kept", "delivered")})
-        report(cfg, run, policy, state, metrics, rank)
+        report(lc, run, policy, state, metrics, rank)
 
 
-def take_batch(cfg, run: RunSpec, step: int) -> list:
-    """Step `step`'s groups from the hub. While none is ready, a status line every learn.status_s
+def take_batch(lc: LearnConfig, run: RunSpec, step: int, version: int) -> Batch:
+    """Step `step`'s batch from the source. While none is ready, a status line every learn.status_s
     (groups generated, dropped for equal rewards, their mean reward); a UserError once
     learn.max_dropped_groups groups in a row were dropped: RL without signal would wait forever."""
     last = time.monotonic()
-    while (groups := ray.get(run.hub.take.remote(cfg.rollout.batch_groups, step, TAKE_POLL_S))) is None:
-        stats = ray.get(run.hub.stats.remote())
-        if time.monotonic() - last >= cfg.learn.status_s:
+    while (batch := run.source.next_batch(step, version, TAKE_POLL_S)) is None:
+        stats = run.source.counters()
+        if time.monotonic() - last >= lc.status_s:
             ray.get(run.board.note.remote(waiting_line(step, stats)))
             last = time.monotonic()
-        check_signal(stats, cfg.learn.max_dropped_groups)
-    return groups
+        check_signal(stats, lc.max_dropped_groups)
+    return batch
 
 
 TAKE_POLL_S = 5.0  # how often a waiting learner looks at the hub's counters
@@ -253,7 +255,7 @@ def registered_version(run: RunSpec, default: int) -> int:
     return default if state is None else state.version
 
 
-def evaluation_metrics(done: list[tuple[int, int, dict, int]]) -> dict[str, float]:
+def evaluation_metrics(done: list[Evaluation]) -> dict[str, float]:
     """eval/{task}/strict of the held-out evaluations finished since the last step
     (each names the policy version it scored; the newest wins if several landed)."""
     out: dict[str, float] = {}
@@ -271,14 +273,14 @@ def learner_metrics(m: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics: dict, rank: int,
+def report(lc: LearnConfig, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics: dict, rank: int,
            force_checkpoint: bool = False) -> None:
     """Every rank reports; rank 0 attaches a checkpoint every `checkpoint_every` steps (and at the end)."""
     from ray import train
     from ray.train import Checkpoint
 
     metrics = {**metrics, "step": state.step, "version": state.version, "time": time.time()}
-    save = force_checkpoint or state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
+    save = force_checkpoint or state.step % lc.checkpoint_every == 0 or state.step >= run.steps
     if rank == 0 and run.board is not None:
         run.board.put.remote(state.step, metrics)
     blob = policy.training_state() if save and (policy.sharded or rank == 0) else None  # sharded: collective
@@ -286,8 +288,8 @@ def report(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, metrics:
         with tempfile.TemporaryDirectory(prefix="memagent-ckpt-") as d:
             ckpt.save(Path(d), blob, state)
             train.report(metrics, checkpoint=Checkpoint.from_directory(d))
-        if run.hub is not None:
-            run.hub.ack.remote(state.step)
+        if run.source is not None:
+            run.source.ack(state.step)
     else:
         train.report(metrics)
 
@@ -315,12 +317,12 @@ def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: 
             due = state.step % cfg.learn.checkpoint_every == 0 or state.step >= run.steps
             if due and (rank == 0 or everyone):
                 keep_best(run, policy, state, heldout, metrics, rank)
-            report(cfg, run, policy, state, metrics, rank)
+            report(cfg.learn, run, policy, state, metrics, rank)
             metrics = None if due else metrics
     if metrics is not None:  # the data ran out (or the clock) between checkpoints
         if rank == 0 or everyone:
             keep_best(run, policy, state, heldout, metrics, rank)
-        report(cfg, run, policy, state, metrics, rank, force_checkpoint=True)
+        report(cfg.learn, run, policy, state, metrics, rank, force_checkpoint=True)
 
 
 def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict,

@@ -1,7 +1,8 @@
 """The rollout service as a Ray actor, so the learner's rank 0 reaches it over Ray.
 
-    hub = start_hub(cfg, tasks_uri, version, weights, cursor)
+    hub = start_hub(cfg, tasks_uri, version, weights, cursor, score=task_scores)
     groups = ray.get(hub.take.remote(n, step, 5.0)) # the batch of optimizer step `step` (None: not yet)
+    batch = ray.get(hub.batch.remote(step, v, 5.0)) # the same with its rollout metrics (rollout.source.Batch)
     hub.push.remote(uri, version)                   # returns at once; workers swap between steps
     state = ray.get(hub.cursor_for.remote(step))    # the data cursor to checkpoint with step
     hub.ack.remote(step)                            # that checkpoint is safe
@@ -13,28 +14,36 @@ gets the same groups; a run resumed from disk skips every row the checkpoint's c
 A hub that died is restarted by Ray (its workers die with it) and waits, serving nothing, until
 the learner, which fails on its next call and is restarted from its checkpoint by Ray Train,
 hands it that checkpoint's cursor and policy (`resume`): the same rule as a run resumed from disk.
+The learner reaches it through pipelines.rollout.source.HubSource, typed.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
 
 from pipelines.rollout.cursor import Cursor
+from pipelines.rollout.metrics import MetricsTally
+from pipelines.rollout.source import Batch, Evaluation
 from pipelines.rollout.trajectory import Group
+
+# score(cfg, rows, workers) -> ({task: strict mean}, rows scored): pipelines.eval.heldout.task_scores
+Scorer = Callable[[Any, list, list], tuple[dict[str, float], int]]
 
 
 class RolloutHub:
     def __init__(self, cfg: Any, tasks: str, version: int = 0, weights: str | None = None,
                  cursor: dict | None = None, service: Callable[[Iterator[Any]], Any] | None = None,
-                 workers: list | None = None):
+                 workers: list | None = None, score: Scorer | None = None):
         """tasks: task rows (parquet, local or s3://), read pass after pass. service(rows): the
         started service that runs them (default: a RolloutService; tests pass one without Ray).
-        workers: rollout actors to use and leave running (default: the service starts its own)."""
+        workers: rollout actors to use and leave running (default: the service starts its own).
+        score: how `evaluate` scores held-out rows."""
         from pipelines.rollout.service import RolloutService
 
         self.cursor = Cursor.from_dict(cursor)
@@ -43,7 +52,11 @@ class RolloutHub:
         self._pending: dict[int, list[Group]] = {}  # step -> its batch, until acked
         self._lock = threading.Lock()
         self._taking = threading.Lock()  # one take at a time: a step asked twice gets one batch
-        self._evals: list[tuple[int, int, dict, int]] = []
+        self._evals: list[Evaluation] = []
+        self._score = score
+        self._groups = cfg.rollout.batch_groups if cfg is not None else 0  # a step's groups
+        self._clock = time.perf_counter()  # when the last batch was handed out (or the learner started)
+        self._asked: dict[int, float] = {}  # step -> when its batch was first asked for
         self._make = ((lambda rows, v, w: service(rows)) if service else
                       (lambda rows, v, w: RolloutService(cfg, rows, v, w, workers).start()))
         self.service = None if restarted() else self._make(self._rows(), version, weights)
@@ -53,6 +66,7 @@ class RolloutHub:
         keeps what it has (the batches of steps after the checkpoint are pending: asked again,
         they come again); one that Ray restarted starts its service from them. True if it did."""
         with self._taking, self._lock:
+            self._clock = time.perf_counter()  # the learner's start: the first batch's period begins
             if self.service is not None:
                 return False
             self.cursor, self._index, self._pending = Cursor.from_dict(cursor), {}, {}
@@ -95,6 +109,20 @@ class RolloutHub:
                 self._pending[step] = groups
             return groups
 
+    def batch(self, step: int, version: int, timeout: float | None = None) -> Batch | None:
+        """`take` of rollout.batch_groups groups, with their rollout metrics: staleness against the
+        learner's `version`, tokens per second over the time since the previous batch was handed
+        out (what reaches the learner; groups dropped by dynamic sampling are not counted)."""
+        with self._lock:
+            asked = self._asked.setdefault(step, time.perf_counter())
+        groups = self.take(self._groups, step, timeout)
+        if groups is None:
+            return None
+        with self._lock:
+            now, self._asked = time.perf_counter(), {s: t for s, t in self._asked.items() if s > step}
+            every_s, self._clock = now - self._clock, now
+        return Batch(groups, MetricsTally().add(groups, version).metrics(seconds=every_s), now - asked)
+
     def push(self, uri: str, version: int) -> bool:
         """Hand a published policy to the workers without waiting; False if not newer (a restarted
         learner re-publishing a version the workers already have)."""
@@ -135,30 +163,20 @@ class RolloutHub:
                          daemon=True).start()
 
     def _evaluate(self, service, step: int, tasks: str, n: int) -> None:
-        from pipelines.agent.reward import strict_score
         from pipelines.data.tasks import read_task_rows
-        from pipelines.rollout.core import RolloutSpec
-        from pipelines.rollout.service import run_groups
 
-        a = service.cfg.agent
-        spec = RolloutSpec(a.temperature, a.top_p, seed=a.seed)
-        version, scores = service.version, {}
+        version = service.version
         try:
             rows = list(itertools.islice(read_task_rows(tasks), n))  # n is small: a fixed held-out set
-            by_id = {r.sample_id: r for r in rows}
-            for item in run_groups(service.cfg, rows, spec, workers=service.workers):
-                for t in getattr(item, "trajectories", []):
-                    row = by_id[t.sample_id]
-                    scores.setdefault(row.task, []).append(strict_score(t.prediction, row.answers, row.answer_kind))
+            scores, scored = self._score(service.cfg, rows, service.workers)
         except Exception as e:  # noqa: BLE001 - an evaluation failure must not stop training
-            scores = {"error": [0.0]}
+            scores, scored = {"error": 0.0}, 1
             print(f"evaluation at step {step} failed: {e}", flush=True)
         with self._lock:
-            self._evals.append((step, version, {k: sum(v) / len(v) for k, v in scores.items()},
-                                sum(map(len, scores.values()))))
+            self._evals.append(Evaluation(step, version, scores, scored))
 
-    def evaluations(self) -> list[tuple[int, int, dict, int]]:
-        """Finished evaluations since the last call: (step, policy version, strict score by task, n)."""
+    def evaluations(self) -> list[Evaluation]:
+        """Finished evaluations since the last call."""
         with self._lock:
             out, self._evals = self._evals, []
             return out
@@ -187,10 +205,10 @@ def restarted() -> bool:
 
 
 def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None,
-              workers: list | None = None):
+              workers: list | None = None, score: Scorer | None = None):
     """The hub actor (no CPU of its own: its workers hold the engines' CPUs). Ray restarts it
     as often as Ray Train restarts the learner (learn.max_failures)."""
     actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8, max_restarts=cfg.learn.max_failures)
-    hub = actor.remote(cfg, tasks, version, weights, cursor, workers=workers)
+    hub = actor.remote(cfg, tasks, version, weights, cursor, workers=workers, score=score)
     ray.get(hub.version.remote())  # surfaces a start failure here, as one error
     return hub

@@ -173,6 +173,23 @@ def test_concurrent_asks_of_one_step_get_one_batch(tasks):
     assert len(out) == 2 and out[0] is out[1] and service.takes == 1
 
 
+def test_a_batch_is_the_steps_groups_with_their_rollout_metrics(tasks):
+    """The hub computes a batch's rollout metrics (rollout.source.Batch): the learner only merges them."""
+    from pipelines.config import Config
+    from pipelines.rollout.metrics import rollout_metrics
+
+    cfg = Config()
+    cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"batch_groups": 2})})
+    hub = RolloutHub(cfg, tasks, service=lambda rows: InlineService(rows))
+    batch = hub.batch(1, version=2)
+    assert ids(batch.groups) == ["r00", "r01"] and hub.take(2, 1) is batch.groups  # the step's one batch
+    expected = rollout_metrics(batch.groups, version=2)
+    assert {k: v for k, v in batch.metrics.items() if k != "rollout/tokens_per_s"} == {
+        k: v for k, v in expected.items() if k != "rollout/tokens_per_s"}
+    assert batch.metrics["rollout/staleness"] == 2.0 and batch.metrics["rollout/reward_mean"] == 0.5
+    assert batch.metrics["rollout/tokens_per_s"] > 0 and batch.wait_s >= 0
+
+
 # -- rollout groups -> conversations -----------------------------------------------------------
 
 def test_every_conversation_of_a_rollout_carries_its_advantage():

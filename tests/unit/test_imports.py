@@ -244,3 +244,16 @@ def test_only_the_driver_drives_loops():
     callers = {str(p.relative_to(REPO)) for p in files if "next_request()" in p.read_text()}
     stray = sorted(c for c in callers - allowed if not c.startswith("pipelines/agent/"))
     assert not stray, f"loops stepped outside the driver: {stray}"
+
+
+def test_the_learner_reaches_rollouts_through_the_typed_source_only():
+    """The RL learner calls no actor but the driver's progress board: the rollout side is a
+    rollout.source.RolloutSource (typed batches, cursor, publish), never the hub's handle."""
+    path = PACKAGE / "learn" / "trainer.py"
+    calls = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "remote"]
+    stray = [f"{node.lineno}: {ast.unparse(node.func)}" for node in calls
+             if not ast.unparse(node.func.value).startswith("run.board.")]
+    assert calls and not stray, f"actor calls in learn/trainer.py besides the board's: {stray}"
+    hub = [m for _, m in imported(module_names(), "pipelines.learn.trainer") if m == "pipelines.rollout.hub"]
+    assert not hub, "learn/trainer.py imports the rollout hub (use pipelines.rollout.source)"
