@@ -6,8 +6,9 @@ VERSION of a `models:/NAME/VERSION`, else the weights version, 0 at start and on
 reload), tag `serving` the reference loaded last, tag `replica.ID` what each replica serves.
 Each batch job is a run nested under it (`command=batch`: tags input, output, model,
 model_version; metrics serve/documents, serve/failed, serve/documents_per_s,
-serve/tokens_per_s, gate/update_rate, gate/exit_fraction, gate/malformed; FINISHED, FAILED, or KILLED when cancelled or the app stopped mid-job: the
-resumed job is a new run, and a start left RUNNING by a killed app is marked KILLED).
+serve/tokens_per_s, gate/update_rate, gate/exit_fraction, gate/malformed; FINISHED, FAILED, or
+KILLED when cancelled or the app stopped mid-job: the resumed job is a new run, and a start left
+RUNNING by a killed app is marked KILLED).
 
 MLflow's client never runs inside an agent replica or the job manager (its imports and a
 sqlite lock would stall their event loops): this class lives in the app's own `Tracking`

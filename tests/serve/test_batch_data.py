@@ -128,3 +128,10 @@ def test_stopped_job_resumes_without_redoing_or_repeating_rows(tmp_path, tiny_mo
     assert (stopped.info.status, resumed.info.status) == ("KILLED", "FINISHED")
     assert stopped.data.tags["job_id"] == resumed.data.tags["job_id"]
     assert resumed.data.metrics["serve/documents"] == 13 and resumed.data.metrics["serve/failed"] == 3
+    # ungated: every chunk read rewrote the memory; the gates' metrics count both runs' rows once
+    assert all(r["chunks_read"] == r["memory_updates"] == r["turns"] - 1 and (r["chunks_unread"], r["malformed"])
+               == (0, 0) for r in rows if not r["error"])
+    state = json.loads((out / "_job.json").read_text())
+    assert state["chunks_read"] == sum(r["chunks_read"] for r in rows) and state["malformed"] == 0
+    gates = {k: resumed.data.metrics[k] for k in ("gate/update_rate", "gate/exit_fraction", "gate/malformed")}
+    assert gates == {"gate/update_rate": 1.0, "gate/exit_fraction": 0.0, "gate/malformed": 0.0}

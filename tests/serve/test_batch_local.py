@@ -29,6 +29,8 @@ def test_batch_without_server_runs_the_pipeline_itself(tmp_path, home, smollm2_d
     out = pq.read_table(tmp_path / "out").to_pylist()
     assert sorted(r["id"] for r in out) == [r["id"] for r in rows]
     assert all(r["error"] is None and r["turns"] == -(-r["tokens"] // 128) + 1 for r in out), out
+    assert all(r["chunks_read"] == r["memory_updates"] == r["turns"] - 1 and r["exit_chunk"] is None
+               and (r["chunks_unread"], r["malformed"]) == (0, 0) for r in out), out  # ungated
     assert len(list((tmp_path / "out").glob("*.parquet"))) == 3  # 5 rows in shards of 2
 
     from mlflow import MlflowClient
@@ -44,3 +46,4 @@ def test_batch_without_server_runs_the_pipeline_itself(tmp_path, home, smollm2_d
     assert tags["input"] == str(tmp_path / "q.jsonl") and tags["output"] == str(tmp_path / "out")
     assert tags["model"] == "smollm2" and tags["model_version"] == "0"
     assert metrics["serve/documents"] == 5 and metrics["serve/failed"] == 0 and metrics["serve/tokens_per_s"] > 0
+    assert (metrics["gate/update_rate"], metrics["gate/exit_fraction"], metrics["gate/malformed"]) == (1.0, 0.0, 0.0)

@@ -1,6 +1,6 @@
 """The gates in answers and batch jobs (issue 36): answers and rows carry the counts, a job sums
 them once over its shards (old shards without the columns included), and its MLflow figures are
-the training's gate/ metrics. Pure parts: no Ray, no engine."""
+the training's gate/ metrics. No Ray, no model: a replica's core on a scripted engine."""
 
 import asyncio
 import json
@@ -9,9 +9,15 @@ from dataclasses import asdict
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.agent import AgentConfig
+from pipelines.agent.gates import EXIT, KEEP
+from pipelines.agent.turns import Response
+from pipelines.engine import EngineConfig
+from pipelines.serve.config import ServeConfig
 from pipelines.serve.documents import Reading
 from pipelines.serve.jobs import OUTPUT_SCHEMA, ShardCounts, finished_shards, job_id_for, shard_counts, write_shard
 from pipelines.serve.jobstore import JobState
+from pipelines.serve.replica import AgentCore, ReplicaSettings
 from pipelines.serve.runner import JobRunner
 from pipelines.serve.schema import GATE_FIELDS, Answered, OutputRow
 from pipelines.serve.tracking import job_figures
@@ -40,6 +46,48 @@ def test_chunks_left_unread_by_an_exit():
     assert tokens.chunks_unread(100, 16, exited=False) == 0
     streamed = Reading([], 5000, "bytes")  # a uri: its length in tokens is not known
     assert streamed.chunks_unread(32, 16, exited=True) is None and streamed.chunks_unread(32, 16, exited=False) == 0
+
+
+class ScriptedEngine:
+    """An engine stand-in that answers each turn with the next text of its script."""
+
+    def __init__(self, tokenizer, script: list[str]):
+        self.tokenizer, self.script, self.version = tokenizer, script, 0
+
+    async def generate(self, request) -> Response:
+        text = self.script.pop(0)
+        return Response(self.tokenizer.encode(text, add_special_tokens=False), text)
+
+
+def test_a_replica_answers_and_rows_say_what_the_gates_did(tmp_path, tokenizer):
+    """Keep, then exit: 2 chunks read, 1 update, the rest unread (by count for text, unknown for a
+    uri); a malformed marker is counted, the answer body, its stream and the batch row alike."""
+    agent = AgentConfig(gates=True, template="gated", chunk_size=16, memory_budget=16, final_budget=8)
+    settings = ReplicaSettings("scripted", "", "", EngineConfig(kind="hf"), agent,
+                               ServeConfig(allowed_paths=(str(tmp_path),)))
+    document = " ".join(f"Sentence {i} says nothing at all." for i in range(12))
+    n = -(-len(tokenizer.encode(document, add_special_tokens=False)) // 16)
+    (tmp_path / "doc.txt").write_text(document)
+    exits = [KEEP, f"code 42 {EXIT}", "\\boxed{42}"]
+    core = AgentCore(settings, ScriptedEngine(tokenizer, exits * 4 + ["[KEEP] code 42", "\\boxed{42}"]), "scripted")
+    question = "What is the code?"
+
+    async def run():
+        body = {"question": question, "document": document}
+        events = [e async for e in core.answer_events(body)]
+        return (await core.answer(body), events, await core.answer_row({"id": "r", **body}),
+                await core.answer({"question": question, "uri": str(tmp_path / "doc.txt")}),
+                await core.answer({"question": question, "document": "A short one."}))
+
+    reply, events, row, by_uri, malformed = asyncio.run(run())
+    gates = {"chunks_read": 2, "chunks_unread": n - 2, "memory_updates": 1, "exit_chunk": 2, "malformed": 0}
+    assert n > 4 and reply.status == 200 and {k: reply.body[k] for k in GATE_FIELDS} == gates
+    assert [e["event"] for e in events] == ["start", "kept", "turn", "answer"]
+    assert {k: events[-1][k] for k in GATE_FIELDS} == gates
+    assert {k: getattr(row, k) for k in GATE_FIELDS} == gates and row.prediction == "42"
+    assert {k: by_uri.body[k] for k in GATE_FIELDS} == {**gates, "chunks_unread": None}
+    assert {k: malformed.body[k] for k in GATE_FIELDS} == {"chunks_read": 1, "chunks_unread": 0,
+                                                           "memory_updates": 1, "exit_chunk": None, "malformed": 1}
 
 
 def _rows() -> list[OutputRow]:
