@@ -12,8 +12,8 @@ quickstart: setup
 test: setup
 	.venv/bin/python -m pytest -q --durations=30 tests
 
-unit: setup
-	.venv/bin/python -m pytest -q tests/unit
+unit: setup  # the tests not marked slow (no vLLM engine, cluster or chaos fault)
+	.venv/bin/python -m pytest -q -m "not slow" tests
 
 # The images (infra/image/): `make image` is the GPU one infra/k8s/ runs, `make image-cpu` the
 # CPU one; each prints its tag. IMAGE_ARGS go to the builder (e.g. --build-arg BASE=...).

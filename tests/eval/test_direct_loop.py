@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.agent.chunking import chunk_ids
+from pipelines.agent.chunking import iter_chunks
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent import Response
 from pipelines.agent.direct import DirectLoop, context_room
@@ -19,7 +19,7 @@ def doc(tokenizer, n_tokens):
 def make(tokenizer, n_tokens, window=400, full=False):
     codec = ChatCodec(tokenizer)
     ids = doc(tokenizer, n_tokens)
-    return DirectLoop(QUESTION, chunk_ids(ids, 64), codec, window, 16, full, keep_ids=True), codec, ids
+    return DirectLoop(QUESTION, list(iter_chunks([ids], 64)), codec, window, 16, full, keep_ids=True), codec, ids
 
 
 def test_truncation_keeps_head_and_tail_within_the_window(tokenizer):

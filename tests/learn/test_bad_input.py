@@ -18,7 +18,7 @@ import pytest
 from pipelines import cli
 from pipelines.data.tasks import write_task_rows
 from tests.support import make_tiny_llama, run_cli
-from tests.integration.test_cli_errors import check_error
+from tests.support import check_error
 from tests.learn.conftest import rl_overrides
 from tests.learn.rows import synthetic_rows, token_counter
 

@@ -197,7 +197,7 @@ def write_rows(rows: list, path: Path) -> None:
 def test_bad_continuous_input_is_one_line(capsys, tmp_path):
     """Refused before anything starts, naming the input."""
     from pipelines import cli
-    from tests.integration.test_cli_errors import check_error
+    from tests.support import check_error
 
     def train(*args: str):
         capsys.readouterr()

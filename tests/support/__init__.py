@@ -1,9 +1,11 @@
 """Helpers the tests share (fixtures stay in conftest.py files): the repository root, a free
-port, the `memagent` command as a user runs it, a tiny random model, a local Ray."""
+port, the `memagent` command as a user runs it and its one-line errors, a command's own lines and
+its log file, task rows from the real builders, a tiny random model, a local Ray."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +16,11 @@ from pipelines.runtime import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["REPO", "free_port", "local_ray", "make_tiny_llama", "run_cli"]
+__all__ = ["OURS", "REPO", "built", "check_error", "cli_env", "free_port", "local_ray", "make_tiny_llama", "only_log",
+           "run_cli"]
+
+# the first words of a line a command writes itself (everything else goes to the log file)
+OURS = re.compile(r"^(memagent: |ask: |rollout: |ingest: |data build )")
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -48,3 +54,33 @@ def local_ray() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def check_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    """A command that refused its input: exit 2, no traceback, one last line naming `needles`."""
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("memagent: error:")
+    for needle in needles:
+        assert needle in last, last
+
+
+def cli_env(cmd_home: Path, **extra: str) -> dict:
+    """A command's environment with its home (and so its log file) under `cmd_home`."""
+    return {"MEMAGENT_HOME": str(cmd_home), "MEMAGENT_LOG": "", **extra}
+
+
+def only_log(cmd_home: Path) -> str:
+    [log] = (cmd_home / "logs").glob("memagent-*.log")
+    return log.read_text()
+
+
+def built(task: str, tokenizer, target: int = 2048, n: int = 2, seed: int = 0) -> list:
+    """`n` task rows of `task` near `target` tokens, from the real builders."""
+    from pipelines.ingest.builders.build import BuildRequest, inline_rows
+
+    backend = tokenizer.backend_tokenizer
+    count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    return list(inline_rows(BuildRequest(task, str(target), n, "", "", seed, "train"), target, count))

@@ -99,7 +99,7 @@ def test_config_check_on_each_preset_by_name(venv, workdir, preset):
 
 def test_data_build_then_ask(venv, workdir, smollm2_dir):
     """A needle task's rows and documents, then one question on the real SmolLM2. The installed
-    command is the point, not the runners (tests/ingest and tests/integration cover those), so
+    command is the point, not the runners (tests/ingest and tests/ask cover those), so
     the cheap ones: ingest in-process (no Ray start-up), the hf engine (no vLLM start-up)."""
     rows = workdir / "rows.parquet"
     memagent(venv, workdir, "data", "build", "--task", "niah_single", "--lengths", "1K", "--n", "2",

@@ -2,17 +2,8 @@
 
 import pytest
 
-from tests.support import run_cli
+from tests.support import check_error, run_cli
 
-
-def check_error(proc, *needles):
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert "Traceback" not in err
-    last = err.splitlines()[-1]
-    assert last.startswith("memagent: error:")
-    for needle in needles:
-        assert needle in last, last
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from pipelines.learn.traces import sft_trace
 from pipelines.rollout.metrics import rollout_metrics
 from pipelines.rollout.rewards import with_turn_cost
 from pipelines.rollout.trajectory import Group, Trajectory, from_row, to_row
-from tests.unit.test_traces import built
+from tests.support import built
 
 GATED = get_templates("gated")
 LIMITS = LoopLimits(memory_budget=64, final_budget=16, question_budget=64)

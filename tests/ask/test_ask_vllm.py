@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.ingest.builders.needle_file import write_needle_document
 from tests.support import run_cli
-from tests.integration.test_quiet_cli import OURS, env, only_log
+from tests.support import OURS, cli_env, only_log
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_ask_json_over_20k_tokens(tmp_path, smollm2_dir, tokenizer):
     home = tmp_path / "home"
     proc = run_cli("ask", "--doc", str(doc), "--question", question, "--json", f"model.path={smollm2_dir}",
                    "agent.chunk_size=4096", "agent.memory_budget=32", "agent.final_budget=32",
-                   env=env(home, VLLM_LOGGING_LEVEL="WARNING"), timeout=900)
+                   env=cli_env(home, VLLM_LOGGING_LEVEL="WARNING"), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [line] = proc.stdout.splitlines()
     assert all(OURS.match(line) for line in proc.stderr.splitlines()), proc.stderr

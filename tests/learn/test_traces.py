@@ -10,9 +10,9 @@ from pipelines.agent import Response, get_templates
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.errors import UserError
-from pipelines.ingest.builders.build import BuildRequest, inline_rows
 from pipelines.data.tasks import Evidence, TaskRow, task_chunks
 from pipelines.learn.traces import EvidenceReader, iter_traces, select_memory, sft_trace
+from tests.support import built
 
 TEMPLATES = get_templates("release")
 LIMITS = LoopLimits(memory_budget=1024, final_budget=64, question_budget=256)
@@ -23,11 +23,6 @@ NEEDLE = re.compile(r"One of the special magic numbers for \S+ is: \d+\.")
 def codec(tokenizer):
     return ChatCodec(tokenizer)
 
-
-def built(task: str, tokenizer, target: int = 2048, n: int = 2, seed: int = 0) -> list[TaskRow]:
-    backend = tokenizer.backend_tokenizer
-    count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
-    return list(inline_rows(BuildRequest(task, str(target), n, "", "", seed, "train"), target, count))
 
 
 def run(row: TaskRow, codec: ChatCodec, chunk_size: int, limits: LoopLimits = LIMITS):
