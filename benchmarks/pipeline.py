@@ -65,7 +65,8 @@ def run(preset: str | None, overrides: list[str], steps: int, staleness: int) ->
     import ray
 
     from pipelines.config import load_config
-    from pipelines.learn.job import TrainRequest, main
+    from pipelines.learn.recipe import TrainRequest
+    from pipelines.learn.rl_recipe import main
 
     cfg = load_config(preset, [*overrides, f"rollout.max_staleness={staleness}"])
     rows: list[dict] = []

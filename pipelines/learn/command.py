@@ -1,4 +1,5 @@
-"""`memagent train`: the learner with rollout workers (RL), or alone on memory traces (--sft).
+"""`memagent train`: the learner with rollout workers (RL: pipelines/learn/rl_recipe.py), or alone
+on memory traces (--sft: pipelines/learn/sft_recipe.py).
 
     memagent train --sft --out .memagent/train/sft          # the embedded SmolLM2 recipe's warm start
     memagent train --steps 20 --out .memagent/train/rl model.path=.memagent/train/sft/best
@@ -88,7 +89,8 @@ def announce(cfg: Config, sft: bool, source: str | None) -> None:
 def run(cfg: Config, args) -> None:
     from pipelines.engine import refuse_stand_in
     from pipelines.learn import runs
-    from pipelines.learn.job import TrainRequest, main
+    from pipelines.learn import rl_recipe, sft_recipe
+    from pipelines.learn.recipe import TrainRequest
     from pipelines.track.tracker import command_run, create_tracker, train_label
 
     refuse_stand_in(cfg.engine, "train")
@@ -102,10 +104,10 @@ def run(cfg: Config, args) -> None:
         return continuous.run(cfg, args)
     if args.heldout or args.promote or args.once:
         raise UserError("--heldout, --promote and --once go with --continuous")
-    req = TrainRequest(args.sft, args.tasks, args.steps, args.max_minutes, args.out, args.resume)
+    req = TrainRequest(args.tasks, args.steps, args.max_minutes, args.out, args.resume)
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "train", tags={"dataset": args.tasks or "built", "base_model": cfg.model.path,
-                                                   "sft": req.sft}, label=train_label(cfg, req.sft)) as run_id:
-        out = main(cfg, req, tracker)
+                                                   "sft": args.sft}, label=train_label(cfg, args.sft)) as run_id:
+        out = (sft_recipe if args.sft else rl_recipe).main(cfg, req, tracker)
         out["registered"] = runs.register(cfg, out, run_id)
     print(json.dumps(out))

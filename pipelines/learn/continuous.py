@@ -225,8 +225,8 @@ def copy_rows(files: list[str], uri: str) -> int:
 def train(cfg: Config, req: Request, state: dict, tracker, deadline: float | None, pool: Pool) -> dict | None:
     """The round's training run (resumed from its checkpoint if one is there); None if the
     deadline cut it short."""
-    from pipelines.learn import runs
-    from pipelines.learn.job import TrainRequest, main as train_main
+    from pipelines.learn import rl_recipe, runs, sft_recipe
+    from pipelines.learn.recipe import TrainRequest
     from pipelines.models import config_model_dir
 
     rnd, cc = state["current"], cfg.learn.continuous
@@ -237,8 +237,9 @@ def train(cfg: Config, req: Request, state: dict, tracker, deadline: float | Non
           f"from {rnd['base']}", file=logs.console(), flush=True)
     resume = runs.latest_state(rnd["folder"], str(config_model_dir(rcfg))) is not None
     minutes = None if deadline is None else max((deadline - time.time()) / 60, 1e-3)
-    request = TrainRequest(req.sft, tasks, steps, minutes, rnd["folder"], resume, state["heldout"])
-    result = train_main(rcfg, request, tracker, workers=None if req.sft else pool.load(rnd["base"]))
+    request = TrainRequest(tasks, steps, minutes, rnd["folder"], resume, state["heldout"])
+    result = (sft_recipe.main(rcfg, request, tracker) if req.sft else
+              rl_recipe.main(rcfg, request, tracker, workers=pool.load(rnd["base"])))
     if result["steps"] < steps and deadline is not None and time.time() >= deadline:
         return None
     return {"model": result["model"], "steps": result["steps"]}

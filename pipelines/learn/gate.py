@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pipelines.config import Config
 from pipelines.errors import UserError
+from pipelines.eval.heldout import RowKey
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Verdict:
         return [self.gain, self.lo, self.hi, self.n]
 
 
-def verdict(before: dict[str, float], after: dict[str, float], margin: float) -> Verdict:
+def verdict(before: dict[RowKey, float], after: dict[RowKey, float], margin: float) -> Verdict:
     """Whether `after` beats `before` on the held-out rows both scored ({row: strict score}): only
     when the paired gain's 95% interval lies wholly above `margin` (its lower bound clears it)."""
     from pipelines.eval.stats import paired_diff
@@ -98,16 +99,17 @@ def decide(cfg: Config, state: dict, out: str, workers: Callable[[str], list]) -
             "alias": "production" if production is None else "candidate"}
 
 
-def mean(scores: dict[str, float]) -> float:
+def mean(scores: dict[RowKey, float]) -> float:
     return sum(scores.values()) / len(scores) if scores else math.nan
 
 
-def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[str], list]) -> dict[str, float]:
-    """Per-row held-out strict score ({task/sample_id: score}) of `model`: one memagent cell per task at one
-    length label (every row falls in it); finished cells are read back, not run again."""
+def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[str], list]) -> dict[RowKey, float]:
+    """Per-row held-out strict score ({(task, sample_id): score}: eval.heldout) of `model`: one memagent
+    cell per task at one length label (every row falls in it); finished cells are read back, not run again."""
+    from pipelines.data.tasks import read_task_rows
+    from pipelines.eval.heldout import record_scores
     from pipelines.eval.ladder import main as ladder
     from pipelines.eval.results import cell_uri, has_cell, read_cell
-    from pipelines.data.tasks import read_task_rows
 
     tasks, longest = {}, 1
     for row in read_task_rows(heldout):
@@ -118,8 +120,7 @@ def score(cfg: Config, model: str, heldout: str, out: str, workers: Callable[[st
     cells = {t: cell_uri(out, t, length, "memagent") for t in tasks}
     if not all(has_cell(c) for c in cells.values()):
         ladder(with_model(cfg, model).model_copy(update={"eval": e}), workers(model))
-    return {f"{t}/{r['sample_id']}": float(r["strict"]) for t, c in cells.items() for r in read_cell(c)
-            if r.get("error") is None}
+    return {key: v for c in cells.values() for key, v in record_scores(read_cell(c)).items()}
 
 
 def register(cfg: Config, rnd: dict, run_id: str | None, promote: bool) -> str:

@@ -93,7 +93,7 @@ def register_model(model_dir: Path, name: str, home: Path, track: TrackConfig,
     """Register the folder as a new version of `name`; returns models:/NAME/V.
 
     The version points to an MLflow logged model (version -> logged model -> run -> datasets):
-    the one its training run `run_id` logged (pipelines/learn/job.py), else one made here, in
+    the one its training run `run_id` logged (pipelines/learn/recipe.py), else one made here, in
     a run of its own when run_id is None. The folder is uploaded into the logged model once;
     `metrics` (held-out figures) go onto the run, the logged model and the version's tags."""
     from pipelines.models.settings import version_tags

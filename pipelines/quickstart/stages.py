@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.config import Config
+from pipelines.eval.heldout import RowKey
 from pipelines.learn.config import LearnConfig
 from pipelines.rollout.pool import Pool
 
@@ -79,11 +80,12 @@ def evaluate(run: Run, name: str, model: str | None) -> dict:
             "rows": f"{out}/cells/{cfg.eval.tasks[0]}/{cfg.eval.lengths[0]}/memagent.parquet"}
 
 
-def row_scores(rows: str) -> dict[str, float]:
-    """{sample_id: strict score} of one evaluation's cell."""
+def row_scores(rows: str) -> dict[RowKey, float]:
+    """{(task, sample_id): strict score} of one evaluation's cell."""
+    from pipelines.eval.heldout import record_scores
     from pipelines.eval.results import read_cell
 
-    return {r["sample_id"]: float(r["strict"]) for r in read_cell(rows) if r.get("error") is None}
+    return record_scores(read_cell(rows))
 
 
 def learn_config(run: Run, updates: dict, model: str) -> Config:
@@ -94,8 +96,8 @@ def learn_config(run: Run, updates: dict, model: str) -> Config:
 def train(run: Run, kind: str) -> dict:
     """SFT on traces of the train rows, or RL from the SFT model on the pool's workers; an
     interrupted run resumes from its last checkpoint."""
-    from pipelines.learn import runs
-    from pipelines.learn.job import TrainRequest, main
+    from pipelines.learn import rl_recipe, runs, sft_recipe
+    from pipelines.learn.recipe import TrainRequest
     from pipelines.models import config_model_dir
     from pipelines.track.tracker import command_run, create_tracker
 
@@ -115,8 +117,9 @@ def train(run: Run, kind: str) -> dict:
 
     tracker = create_tracker(cfg)
     with command_run(tracker, cfg, "train", tags={"quickstart": kind, "base_model": model, "sft": sft}) as run_id:
-        req = TrainRequest(sft=sft, tasks=run.done["data"]["train"]["tasks"], out=out, resume=resume)
-        result = main(cfg, req, tracker, watch, workers=workers)
+        req = TrainRequest(tasks=run.done["data"]["train"]["tasks"], out=out, resume=resume)
+        result = (sft_recipe.main(cfg, req, tracker, watch) if sft else
+                  rl_recipe.main(cfg, req, tracker, watch, workers=workers))
     rate = {k.replace("/", "_"): sum(v) / len(v) for k, v in rates.items() if v}
     return {"model": result["model"], "steps": result["steps"], "minutes": result["minutes"], "run_id": run_id,
             **rate}

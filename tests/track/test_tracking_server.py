@@ -170,7 +170,7 @@ def test_a_version_leads_to_its_logged_model_its_run_and_the_runs_datasets(tiny_
 
     cfg = load_config(None, [f"model.path={tiny_model_dir}"])
     tracker = create_tracker(cfg)
-    with command_run(tracker, cfg, "train") as run_id:  # what pipelines/learn/job.py logs of a run
+    with command_run(tracker, cfg, "train") as run_id:  # what pipelines/learn/recipe.py logs of a run
         tracker.log_datasets([DatasetRef(needle_dataset, TRAINING), DatasetRef(str(tmp_path / "gone"), TRAINING)])
         model_id = tracker.log_model("sft-tiny", str(tiny_model_dir), metrics={"eval/niah_test/1K/strict": 0.5})
     ref = register_model(tiny_model_dir, "tiny-lineage", tmp_path, cfg.track, {"heldout_strict": 0.25}, run_id=run_id)
