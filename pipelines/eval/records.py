@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pipelines.agent.reward import answer_recall, scores
 from pipelines.data.tasks import TaskRow
 from pipelines.rollout.trajectory import Trajectory
-from pipelines.track.metrics import GATE_EXIT_FRACTION, GATE_MALFORMED, GATE_UPDATE_RATE, gate_metric
+from pipelines.rollout.metrics import gate_rates
+from pipelines.track.metrics import gate_metric
 
 MAX_ANSWER_CHARS = 2000
 # The gates' part of a record (pipelines.agent.gates): chunks read and left unread, memory turns
@@ -77,7 +78,5 @@ def gate_metrics(cell: Cell, records: list[dict]) -> dict[str, float]:
     ran = [r for r in records if r.get("error") is None and r.get("chunks_read")]
     if method != "memagent" or not ran:
         return {}
-    read, unread = sum(r["chunks_read"] for r in ran), sum(r["chunks_unread"] for r in ran)
-    values = {GATE_UPDATE_RATE: sum(r["memory_updates"] for r in ran) / read,
-              GATE_EXIT_FRACTION: unread / (read + unread), GATE_MALFORMED: float(sum(r["malformed"] for r in ran))}
+    values = gate_rates(*(sum(r[k] for r in ran) for k in ("chunks_read", "chunks_unread", "memory_updates", "malformed")))
     return {gate_metric(name, task, length): v for name, v in values.items()}
