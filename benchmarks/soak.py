@@ -48,6 +48,8 @@ MIN_AVAILABLE_GIB = 4.0
 RSS_TARGET = 0.05
 START_TIMEOUT_S = 900
 AGENT_TITLE = "ray::ServeReplica:memagent:Agent"
+SERVER_GIB = (1.0, 2.5)  # MemAvailable the server takes: GiB + GiB a replica (2 took ~5.5 here; their
+# RSS add up to ~9.7 GB, since a replica's forked vLLM engine core and worker share pages)
 MAX_ONGOING = 4  # a replica's requests in flight (4 more queue, then 503)
 
 
@@ -63,11 +65,8 @@ class Outcome:
     error: str | None = None
 
 
-class SoakStopped(SystemExit):
+class SoakStopped(Exception):
     """The soak stops with one line (the server did not start, memory ran short)."""
-
-    def __init__(self, line: str):
-        super().__init__(f"soak: {line}")
 
 
 def document(i: int) -> str:
@@ -81,13 +80,14 @@ def body(i: int) -> dict:
 
 def server_overrides(work: Path, replicas: int) -> list[str]:
     """Small vLLM engines (1 GiB KV cache, as tests/serve sizes them) and tight admission, so 2x
-    capacity turns into 503s within seconds; tracking to a database of the soak's own."""
+    capacity turns into 503s within seconds; no MLflow tracking (its deployment's memory is kept
+    for the shared machine's other jobs; serving does not depend on it)."""
     return ["engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=1024", "engine.max_num_seqs=8",
             "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
             f"serve.replicas={replicas}", "serve.replica_cpus=0.5", f"serve.max_ongoing_requests={MAX_ONGOING}",
             "serve.max_queued_requests=4", "serve.retry_after_s=1", "serve.shard_rows=8",
             f"serve.state_dir={work / 'state'}", f"serve.allowed_paths=[{work}]",
-            f"track.tracking_uri=sqlite:///{work / 'mlflow.db'}"]
+            "track.enabled=false"]
 
 
 def start_server(work: Path, replicas: int, port: int) -> subprocess.Popen:
@@ -199,6 +199,19 @@ def mem_available_gib() -> float:
     return float("inf")
 
 
+def wait_for_memory(need_gib: float, wait_s: float) -> None:
+    """Before the server starts: room for it above the floor, waiting out other jobs' peaks."""
+    deadline, told = time.monotonic() + wait_s, False
+    while (gib := mem_available_gib()) < MIN_AVAILABLE_GIB + need_gib:
+        if time.monotonic() > deadline:
+            raise SoakStopped(f"MemAvailable {gib:.1f} GiB: the server needs ~{need_gib:.0f} GiB above the "
+                              f"{MIN_AVAILABLE_GIB:.0f} GiB floor; none such in {wait_s:.0f} s")
+        if not told:
+            print(f"waiting for MemAvailable >= {MIN_AVAILABLE_GIB + need_gib:.0f} GiB (now {gib:.1f})", flush=True)
+            told = True
+        time.sleep(10)
+
+
 def check_memory(where: str) -> float:
     gib = mem_available_gib()
     if gib < MIN_AVAILABLE_GIB:
@@ -220,15 +233,14 @@ async def request(client, i: int, t0: float, out: list[Outcome]) -> None:
     out.append(Outcome(sent - t0, r.status_code, latency, r.headers.get("retry-after"), answered, error))
 
 
-async def open_loop(client, rate: float, seconds: float, out: list[Outcome], rng: random.Random,
-                    t0: float | None = None) -> list[asyncio.Task]:
-    """Send at `rate` requests/s (exponential gaps) for `seconds`, never waiting for answers."""
-    t0 = time.monotonic() if t0 is None else t0
-    tasks, at, i = [], t0, 0
-    while (at := at + rng.expovariate(rate)) < t0 + seconds:
+async def open_loop(client, rate: float, seconds: float, out: list[Outcome], t0: float,
+                    stop: asyncio.Event) -> list[asyncio.Task]:
+    """Send at `rate` requests/s (exponential gaps) for `seconds` or until `stop`, never waiting
+    for answers."""
+    rng, tasks, at = random.Random(7), [], t0
+    while (at := at + rng.expovariate(rate)) < t0 + seconds and not stop.is_set():
         await asyncio.sleep(max(0.0, at - time.monotonic()))
         tasks.append(asyncio.create_task(request(client, rng.randrange(10**6), t0, out)))
-        i += 1
     return tasks
 
 
@@ -253,7 +265,7 @@ async def ramp(client, step_s: float, most: int) -> tuple[float, list[dict]]:
     queueing); the best rate (requests answered per second of the step) a step reached with no
     503 and no error. The ramp stops when doubling the callers adds under 10%. Closed loop, so
     that a slow engine answers at its pace instead of building a backlog that ends in 503s."""
-    for k in range(2 * max(1, most // 2)):  # warm every replica's engine first
+    for k in range(max(2, most // 2)):  # warm the replicas' engines first
         (await client.post("/v1/answer", json=body(k))).raise_for_status()
     capacity, steps, clients = 0.0, [], 1
     while clients <= most:
@@ -306,14 +318,22 @@ class Monitor:
         self.samples: list[dict] = []  # {"minute", "mem_available_gib", "rss": {"label pid": bytes}}
         self.born: dict[str, float] = {}  # "label pid" -> minute first seen
         self.kill: dict = {}
+        self.stopped: str | None = None  # why the load ended early (memory), else None
 
     def sample(self, minute: float) -> None:
-        gib = check_memory(f"at minute {minute:.0f}")
+        try:
+            gib = check_memory(f"at minute {minute:.1f}")
+        except SoakStopped as e:
+            self.stopped = str(e)
+            print(f"soak: {e}", flush=True)
+            return
         rss = {f"{name} {pid}": rss_of(pid, name) for pid, name in server_processes(self.driver).items()}
         rss = {k: v for k, v in rss.items() if v}
         for k in rss:
             self.born.setdefault(k, minute)
         self.samples.append({"minute": round(minute, 2), "mem_available_gib": round(gib, 2), "rss": rss})
+        print(f"minute {minute:.1f}: MemAvailable {gib:.1f} GiB, {len(rss)} server processes, "
+              f"{sum(rss.values()) / MB:.0f} MB", flush=True)
 
     def kill_one(self, elapsed: float) -> None:
         import httpx
@@ -343,13 +363,16 @@ class Monitor:
                 self.kill["others"])))
             print(f"Serve replaced it after {self.kill['replaced_after_s']:.0f} s", flush=True)
 
-    async def run(self, t0: float, seconds: float) -> None:
+    async def run(self, t0: float, seconds: float, stop: asyncio.Event) -> None:
         minute = 0
         while True:
             elapsed = time.monotonic() - t0
             if elapsed >= minute * 60:
                 await asyncio.to_thread(self.sample, elapsed / 60)
                 minute += 1
+                if self.stopped:
+                    stop.set()
+                    return
             if not self.kill and elapsed >= self.kill_at:
                 await asyncio.to_thread(self.kill_one, elapsed)
             elif self.kill and self.kill["replaced_after_s"] is None:
@@ -364,36 +387,41 @@ async def job_status(client, job_id: str) -> dict:
     return r.json() if r.status_code == 200 else {"status": f"http {r.status_code}"}
 
 
-async def soak(client, driver_pid: int, args, rate: float, work: Path) -> dict:
-    """The load at `rate` for args.minutes, the batch job through it, the kill at half time;
-    then the load's last answers and the job's end."""
-    seconds = args.minutes * 60
+async def submit_job(client, work: Path, n: int) -> str:
     rows = work / "rows.jsonl"
-    write_rows(rows, args.batch_rows)
+    write_rows(rows, n)
     r = await client.post("/v1/jobs", json={"input": str(rows), "output": str(work / "answers")})
     if r.status_code != 202:
         raise SoakStopped(f"the batch job was refused: {r.status_code} {r.text[:200]}")
-    job = r.json()
-    job_url = f"{str(client.base_url).rstrip('/')}/v1/jobs/{job['job_id']}"
-    monitor, out = Monitor(driver_pid, args.replicas, seconds / 2, job_url), []
-    t0 = time.monotonic()
-    watch = asyncio.create_task(monitor.run(t0, seconds))
-    load = asyncio.create_task(open_loop(client, rate, seconds, out, random.Random(7), t0))
-    done, _ = await asyncio.wait([watch, load], return_when=asyncio.FIRST_EXCEPTION)
-    for task in done:
-        task.result()  # a stop (memory, no replica) ends the soak here
-    tasks = await load
-    after_load = await job_status(client, job["job_id"])
-    finished, pending = await asyncio.wait(tasks, timeout=args.drain_s) if tasks else (set(), set())
-    await watch
-    deadline = time.monotonic() + args.job_wait_s
-    while (st := await job_status(client, job["job_id"]))["status"] not in ("done", "failed", "cancelled") \
+    return r.json()["job_id"]
+
+
+async def wait_job(client, job_id: str, wait_s: float) -> dict:
+    deadline = time.monotonic() + wait_s
+    while (st := await job_status(client, job_id))["status"] not in ("done", "failed", "cancelled") \
             and time.monotonic() < deadline:
         await asyncio.sleep(2)
+    return {k: st.get(k) for k in ("status", "done", "total", "errors")}
+
+
+async def soak(client, driver_pid: int, args, rate: float, work: Path) -> dict:
+    """The load at `rate` for args.minutes (or until memory runs short), the batch job through
+    it, the kill at half time; then the load's last answers and the job's end."""
+    seconds = args.minutes * 60
+    job_id = await submit_job(client, work, args.batch_rows)
+    monitor = Monitor(driver_pid, args.replicas, seconds / 2, f"{str(client.base_url).rstrip('/')}/v1/jobs/{job_id}")
+    out: list[Outcome] = []
+    t0, stop = time.monotonic(), asyncio.Event()
+    watch = asyncio.create_task(monitor.run(t0, seconds, stop))
+    tasks = await open_loop(client, rate, seconds, out, t0, stop)
+    after_load = {k: v for k, v in (await job_status(client, job_id)).items() if k in ("status", "done", "total")}
+    _, pending = await asyncio.wait(tasks, timeout=args.drain_s) if tasks else (set(), set())
+    await watch
     for t in pending:
         t.cancel()
-    return {"outcomes": out, "unanswered": len(pending), "monitor": monitor, "job": st,
-            "job_after_load": {k: after_load.get(k) for k in ("status", "done", "total")}, "batch": rows_once(work / "answers", args.batch_rows)}
+    job = after_load if monitor.stopped else await wait_job(client, job_id, args.job_wait_s)
+    return {"outcomes": out, "unanswered": len(pending), "monitor": monitor, "job": job,
+            "job_after_load": after_load, "batch": rows_once(work / "answers", args.batch_rows)}
 
 
 def per_minute(outcomes: list[Outcome], minutes: int) -> list[dict]:
@@ -439,6 +467,7 @@ def judge(table: list[dict], unanswered: int, unanswered_200: int, growth: dict,
 def markdown(res: dict) -> str:
     steps = ", ".join(f"{s['clients']}: {s['rate']}" for s in res["ramp"])
     lines = [f"# Soak {res['date']}", "", res["note"], "", f"`{res['command']}`", "",
+             *([f"**Stopped early:** {res['stopped']}", ""] if res["stopped"] else []),
              f"capacity {res['capacity_rps']} req/s (ramp, callers: req/s answered: {steps}); "
              f"load {res['load']}x = {res['rate_rps']} req/s for {res['minutes']} min; "
              f"replica pid {res['kill'].get('pid')} killed at {res['kill'].get('at_s')} s, "
@@ -463,6 +492,8 @@ def report(args, capacity: float, steps: list[dict], run: dict) -> dict:
     growth = rss_growth(mon.samples, mon.born, from_minute)
     bad_200 = sum(o.status == 200 and not o.answered for o in outcomes)
     targets = judge(table, run["unanswered"], bad_200, growth, run["batch"])
+    if mon.stopped:
+        targets["ran_its_minutes"] = False
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     note = ("A check: a short run on a 2-core machine shared with a long training benchmark; its figures "
             "show that the soak works, not what the server sustains." if args.minutes < 20 else
@@ -473,7 +504,8 @@ def report(args, capacity: float, steps: list[dict], run: dict) -> dict:
            "errors_seen": sorted({o.error for o in outcomes if o.error})[:10], "kill": mon.kill,
            "rss_from_minute": from_minute, "rss_growth": growth, "rss_samples": mon.samples,
            "batch": run["batch"], "job": {k: run["job"].get(k) for k in ("status", "done", "total", "errors")},
-           "job_after_load": run["job_after_load"], "load_average": os.getloadavg(), "targets": targets}
+           "job_after_load": run["job_after_load"], "load_average": os.getloadavg(), "stopped": mon.stopped,
+           "targets": targets}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = date if args.minutes == 20 else f"{date}-{args.minutes}min"
     (RESULTS / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
@@ -486,7 +518,9 @@ def report(args, capacity: float, steps: list[dict], run: dict) -> dict:
             "p99_s_by_minute": [r["p99_s"] for r in table], "worst_rss_growth": [worst[0], worst[1].get("growth")],
             "replaced_after_s": mon.kill.get("replaced_after_s"), "batch_once": run["batch"]["once"],
             "targets": {k: "met" if v else "not met" for k, v in targets.items()},
-            "results": str((RESULTS / f"{stem}.json").relative_to(REPO))})
+            "stopped": mon.stopped, "results": str((RESULTS / f"{stem}.json").relative_to(REPO))})
+    if mon.stopped:
+        raise SoakStopped(f"{mon.stopped} (figures so far in {RESULTS / stem}.json)")
     return res
 
 
@@ -496,11 +530,13 @@ async def phases(args, url: str, driver_pid: int, work: Path) -> dict:
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=url, timeout=args.request_timeout_s, limits=limits) as client:
         capacity, steps = await ramp(client, args.step_s, args.replicas * MAX_ONGOING)
+        rss = sum(rss_of(pid, name) for pid, name in server_processes(driver_pid).items())
+        print(f"server RSS after the ramp: {rss / MB:.0f} MB", flush=True)
         check_memory("before the load phase")
         rate = capacity * args.load
         print(f"capacity {capacity:.2f} req/s; soak at {rate:.2f} req/s for {args.minutes} min", flush=True)
         if args.batch_rows is None:
-            args.batch_rows = max(32, round(capacity * 60 * args.minutes / 4))
+            args.batch_rows = max(32, round(capacity * 60 * args.minutes * 0.4))  # outlasts the kill
         run = await soak(client, driver_pid, args, rate, work)
     return report(args, capacity, steps, run)
 
@@ -514,8 +550,10 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--work", default="/tmp/soak", help="server state, logs, the batch job's rows and answers")
     p.add_argument("--step-s", type=float, default=30.0, help="seconds of each capacity-ramp step")
-    p.add_argument("--batch-rows", type=int, help="rows of the batch job (default: a quarter of capacity x minutes)")
+    p.add_argument("--batch-rows", type=int, help="rows of the batch job (default: 0.4 x capacity x the soak's seconds)")
     p.add_argument("--rss-from", type=float, help="minute RSS growth is judged from (default min(5, minutes/4))")
+    p.add_argument("--wait-memory-s", type=float, default=1800.0,
+                   help="wait this long for room for the server before it starts")
     p.add_argument("--request-timeout-s", type=float, default=600.0)
     p.add_argument("--drain-s", type=float, default=600.0, help="wait for the last accepted answers")
     p.add_argument("--job-wait-s", type=float, default=900.0, help="wait for the batch job after the load")
@@ -526,7 +564,7 @@ def main(argv: list[str]) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     for old in ("state", "answers"):  # a job with the same input and output would answer "done" at once
         shutil.rmtree(work / old, ignore_errors=True)
-    check_memory("before the server starts")
+    wait_for_memory(SERVER_GIB[0] + SERVER_GIB[1] * args.replicas, args.wait_memory_s)
     port = free_port()
     server = start_server(work, args.replicas, port)
     try:
@@ -536,4 +574,7 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except SoakStopped as e:
+        raise SystemExit(f"soak: {e}") from None
