@@ -63,6 +63,7 @@ class Outcome:
     retry_after: str | None
     answered: bool  # a 200 that carries an answer
     error: str | None = None
+    unavailable: bool = False  # a 503 for a replica that died (the gateway's "replica unavailable")
 
 
 class SoakStopped(Exception):
@@ -230,7 +231,8 @@ async def request(client, i: int, t0: float, out: list[Outcome]) -> None:
     latency = time.monotonic() - sent
     answered = r.status_code == 200 and isinstance(r.json().get("answer"), str)
     error = None if r.status_code in (200, 503) else r.text[:200]
-    out.append(Outcome(sent - t0, r.status_code, latency, r.headers.get("retry-after"), answered, error))
+    out.append(Outcome(sent - t0, r.status_code, latency, r.headers.get("retry-after"), answered, error,
+                       r.status_code == 503 and "unavailable" in r.text))
 
 
 async def open_loop(client, rate: float, seconds: float, out: list[Outcome], t0: float,
@@ -433,6 +435,7 @@ def per_minute(outcomes: list[Outcome], minutes: int) -> list[dict]:
         refused = [o for o in sent if o.status == 503]
         rows.append({"minute": m + 1, "sent": len(sent), "accepted": len(ok), "refused": len(refused),
                      "refused_without_retry_after": sum(o.retry_after is None for o in refused),
+                     "refused_replica_unavailable": sum(o.unavailable for o in refused),
                      "other_errors": sum(o.status not in (200, 503) for o in sent),
                      "p50_s": pct(ok, 0.5), "p99_s": pct(ok, 0.99)})
     return rows
@@ -472,9 +475,10 @@ def markdown(res: dict) -> str:
              f"load {res['load']}x = {res['rate_rps']} req/s for {res['minutes']} min; "
              f"replica pid {res['kill'].get('pid')} killed at {res['kill'].get('at_s')} s, "
              f"replaced after {res['kill'].get('replaced_after_s')} s", "",
-             "| minute | sent | accepted (200) | refused (503) | 503 without Retry-After | other errors | p50 s | p99 s |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['minute']} | {r['sent']} | {r['accepted']} | {r['refused']} | {r['refused_without_retry_after']} | "
+             "| minute | sent | accepted (200) | refused (503) | of which replica unavailable | 503 without Retry-After "
+             "| other errors | p50 s | p99 s |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['minute']} | {r['sent']} | {r['accepted']} | {r['refused']} | {r['refused_replica_unavailable']} | "
+              f"{r['refused_without_retry_after']} | "
               f"{r['other_errors']} | {r['p50_s']} | {r['p99_s']} |" for r in res["per_minute"]]
     lines += ["", f"RSS from minute {res['rss_from_minute']}: peak against the first sample", "",
               "| process | from MB | peak MB | growth |", "|---|---|---|---|"]
