@@ -36,34 +36,20 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import MB, REPO, command_line, finish  # noqa: E402
+from benchmarks.soak_report import Outcome, judge, markdown, pct, per_minute, rss_growth  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "soak"
 MIN_AVAILABLE_GIB = 4.0
-RSS_TARGET = 0.05
 START_TIMEOUT_S = 900
 AGENT_TITLE = "ray::ServeReplica:memagent:Agent"
 SERVER_GIB = (1.0, 2.5)  # MemAvailable the server takes: GiB + GiB a replica (2 took ~5.5 here; their
 # RSS add up to ~9.7 GB, since a replica's forked vLLM engine core and worker share pages)
 MAX_ONGOING = 4  # a replica's requests in flight (4 more queue, then 503)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One request: when it was sent (s since the phase began), how it ended."""
-
-    sent: float
-    status: int  # HTTP status; 0: no answer (connection error, timeout)
-    latency: float
-    retry_after: str | None
-    answered: bool  # a 200 that carries an answer
-    error: str | None = None
-    unavailable: bool = False  # a 503 for a replica that died (the gateway's "replica unavailable")
 
 
 class SoakStopped(Exception):
@@ -225,11 +211,11 @@ async def request(client, i: int, t0: float, out: list[Outcome]) -> None:
     sent = time.monotonic()
     try:
         r = await client.post("/v1/answer", json=body(i))
+        answered = r.status_code == 200 and isinstance(r.json().get("answer"), str)
     except Exception as e:  # noqa: BLE001 - any failure to get an answer is an error, recorded
         out.append(Outcome(sent - t0, 0, time.monotonic() - sent, None, False, f"{e.__class__.__name__}: {e}"[:200]))
         return
     latency = time.monotonic() - sent
-    answered = r.status_code == 200 and isinstance(r.json().get("answer"), str)
     error = None if r.status_code in (200, 503) else r.text[:200]
     out.append(Outcome(sent - t0, r.status_code, latency, r.headers.get("retry-after"), answered, error,
                        r.status_code == 503 and "unavailable" in r.text))
@@ -244,11 +230,6 @@ async def open_loop(client, rate: float, seconds: float, out: list[Outcome], t0:
         await asyncio.sleep(max(0.0, at - time.monotonic()))
         tasks.append(asyncio.create_task(request(client, rng.randrange(10**6), t0, out)))
     return tasks
-
-
-def pct(values: list[float], q: float) -> float | None:
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q * len(values)))], 3) if values else None
 
 
 async def closed_loop(client, clients: int, seconds: float, out: list[Outcome], t0: float) -> None:
@@ -424,68 +405,6 @@ async def soak(client, driver_pid: int, args, rate: float, work: Path) -> dict:
     job = after_load if monitor.stopped else await wait_job(client, job_id, args.job_wait_s)
     return {"outcomes": out, "unanswered": len(pending), "monitor": monitor, "job": job,
             "job_after_load": after_load, "batch": rows_once(work / "answers", args.batch_rows)}
-
-
-def per_minute(outcomes: list[Outcome], minutes: int) -> list[dict]:
-    """The table's rows, by the minute a request was sent in."""
-    rows = []
-    for m in range(minutes):
-        sent = [o for o in outcomes if m * 60 <= o.sent < (m + 1) * 60]
-        ok = [o.latency for o in sent if o.status == 200]
-        refused = [o for o in sent if o.status == 503]
-        rows.append({"minute": m + 1, "sent": len(sent), "accepted": len(ok), "refused": len(refused),
-                     "refused_without_retry_after": sum(o.retry_after is None for o in refused),
-                     "refused_replica_unavailable": sum(o.unavailable for o in refused),
-                     "other_errors": sum(o.status not in (200, 503) for o in sent),
-                     "p50_s": pct(ok, 0.5), "p99_s": pct(ok, 0.99)})
-    return rows
-
-
-def rss_growth(samples: list[dict], born: dict[str, float], from_minute: float) -> dict[str, dict]:
-    """Per process: its peak RSS from `from_minute` on against its sample there (a process born
-    after from_minute - 1: against its first sample a minute after birth, past its start-up)."""
-    growth = {}
-    for key, birth in born.items():
-        start = max(from_minute, birth + 1)
-        series = [s["rss"][key] for s in samples if s["minute"] >= start - 0.05 and key in s["rss"]]
-        if len(series) < 2:
-            continue
-        growth[key] = {"from_mb": round(series[0] / MB), "peak_mb": round(max(series) / MB),
-                       "growth": round(max(series) / series[0] - 1, 4), "samples": len(series)}
-    return growth
-
-
-def judge(table: list[dict], unanswered: int, unanswered_200: int, growth: dict, batch: dict) -> dict:
-    """The targets, each met or not."""
-    worst = max((g["growth"] for g in growth.values()), default=None)
-    return {
-        "errors_only_503_with_retry_after": all(r["other_errors"] == 0 and r["refused_without_retry_after"] == 0
-                                                for r in table),
-        "every_accepted_answered": unanswered == 0 and unanswered_200 == 0,
-        "rss_growth_within_5pct": worst is not None and worst <= RSS_TARGET,
-        "batch_rows_once": batch["once"],
-    }
-
-
-def markdown(res: dict) -> str:
-    steps = ", ".join(f"{s['clients']}: {s['rate']}" for s in res["ramp"])
-    lines = [f"# Soak {res['date']}", "", res["note"], "", f"`{res['command']}`", "",
-             *([f"**Stopped early:** {res['stopped']}", ""] if res["stopped"] else []),
-             f"capacity {res['capacity_rps']} req/s (ramp, callers: req/s answered: {steps}); "
-             f"load {res['load']}x = {res['rate_rps']} req/s for {res['minutes']} min; "
-             f"replica pid {res['kill'].get('pid')} killed at {res['kill'].get('at_s')} s, "
-             f"replaced after {res['kill'].get('replaced_after_s')} s", "",
-             "| minute | sent | accepted (200) | refused (503) | of which replica unavailable | 503 without Retry-After "
-             "| other errors | p50 s | p99 s |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['minute']} | {r['sent']} | {r['accepted']} | {r['refused']} | {r['refused_replica_unavailable']} | "
-              f"{r['refused_without_retry_after']} | "
-              f"{r['other_errors']} | {r['p50_s']} | {r['p99_s']} |" for r in res["per_minute"]]
-    lines += ["", f"RSS from minute {res['rss_from_minute']}: peak against the first sample", "",
-              "| process | from MB | peak MB | growth |", "|---|---|---|---|"]
-    lines += [f"| {k} | {g['from_mb']} | {g['peak_mb']} | {g['growth'] * 100:+.1f}% |" for k, g in res["rss_growth"].items()]
-    lines += ["", f"batch job: {res['batch']}", "", "| target | met |", "|---|---|"]
-    lines += [f"| {k} | {'met' if v else 'not met'} |" for k, v in res["targets"].items()]
-    return "\n".join(lines) + "\n"
 
 
 def report(args, capacity: float, steps: list[dict], run: dict) -> dict:
