@@ -190,6 +190,29 @@ def test_a_batch_is_the_steps_groups_with_their_rollout_metrics(tasks):
     assert batch.metrics["rollout/tokens_per_s"] > 0 and batch.wait_s >= 0
 
 
+def test_an_evaluation_scores_the_first_n_heldout_rows_with_the_policy_it_ran(tasks):
+    """The hub's in-run evaluation hands its scorer (eval.heldout.task_scores) the first n rows
+    and the workers, and reports the policy version it scored."""
+    import time
+
+    from pipelines.rollout.source import Evaluation
+
+    seen = {}
+
+    def score(cfg, rows, workers):
+        seen.update(rows=[r.sample_id for r in rows], workers=workers)
+        return {"synthetic": 0.5}, len(rows)
+    service = InlineService([])
+    service.version, service.cfg, service.workers = 4, None, ["w0"]
+    hub = RolloutHub(None, tasks, service=lambda rows: service, score=score)
+    hub.evaluate(6, tasks, 3)
+    deadline = time.monotonic() + 30
+    while not (done := hub.evaluations()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done == [Evaluation(6, 4, {"synthetic": 0.5}, 3)]
+    assert seen == {"rows": ["r00", "r01", "r02"], "workers": ["w0"]}
+
+
 # -- rollout groups -> conversations -----------------------------------------------------------
 
 def test_every_conversation_of_a_rollout_carries_its_advantage():
