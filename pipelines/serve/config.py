@@ -51,6 +51,10 @@ class ServeConfig(Strict):
     shard_rows: int = Field(64, ge=1)
     shards_in_flight: int = Field(2, ge=1)
     row_attempts: int = Field(8, ge=1)
+    # The share of the replicas' slots (replicas x max_ongoing_requests) that batch jobs' rows hold
+    # at most, all jobs together; the rest stays for interactive requests (a job's rows retry at
+    # once after a 503, so without a cap a job holds every slot it frees: benchmarks/soak.py).
+    job_share: float = Field(0.5, gt=0.0, le=1.0)
     # MLflow traces of served answers (requests and batch rows): the fraction traced (0: none,
     # 1: all), each a span per turn with its memory (serve/tracking.py); the document's own text
     # only with trace_documents (a request's inline document; a doc_id or uri is always named).

@@ -25,6 +25,11 @@ from pipelines.storage import first_line
 log = logging.getLogger(__name__)
 
 
+def job_slots(replicas: int, per_replica: int, share: float) -> int:
+    """Rows all batch jobs may have in flight together: `share` of the replicas' slots, at least one."""
+    return max(1, int(replicas * per_replica * share))
+
+
 class JobManager:
     def __init__(self, answer_row, settings, tracking=None):
         """answer_row: async row -> OutputRow (may raise on infrastructure failure); tracking: the
@@ -33,6 +38,9 @@ class JobManager:
         self.access = Access.of(self.cfg.allowed_paths, self.cfg.allowed_s3_prefixes)
         self.store = JobStore(settings.state_dir)
         self.tasks: dict[str, asyncio.Task] = {}
+        # every job's rows in flight together (serve.job_share of the replicas' slots)
+        self.job_slots = job_slots(self.cfg.replicas, self.cfg.max_ongoing_requests, self.cfg.job_share)
+        self.rows = asyncio.Semaphore(self.job_slots)
 
     async def resume_all(self) -> list[str]:
         """Restart every registered job whose state says it was running when the app stopped."""
@@ -76,8 +84,7 @@ class JobManager:
         return state
 
     def _start(self, state: JobState) -> None:
-        rows_in_flight = self.cfg.replicas * self.cfg.max_ongoing_requests
-        runner = JobRunner(state, self._answer, rows_in_flight, self.cfg.shards_in_flight, self.store)
+        runner = JobRunner(state, self._answer, self.job_slots, self.cfg.shards_in_flight, self.store)
         self.store.live[state.job_id] = state
         self.tasks[state.job_id] = asyncio.get_running_loop().create_task(self._tracked(runner, state))
 
@@ -99,6 +106,10 @@ class JobManager:
             raise
 
     async def _answer(self, row: dict) -> OutputRow:
+        async with self.rows:
+            return await self._answer_held(row)
+
+    async def _answer_held(self, row: dict) -> OutputRow:
         from ray.serve.exceptions import BackPressureError
 
         attempt, last = 0, None

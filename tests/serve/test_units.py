@@ -250,3 +250,37 @@ def test_a_kept_turn_streams_as_a_kept_event():
         progress.turns[:] = [TurnRecord([], [1], None, "stop", False, 8, 0, 0, 0.25, gate)] * 2
         e = turn_event(progress, reading, 1.0)
         assert (e["event"], e["gate"], e["turn"], e["memory"], e["tokens_read"]) == (event, gate, 2, "m", 20)
+
+
+def test_batch_jobs_together_hold_only_their_share_of_the_replicas_slots(tmp_path):
+    """Two jobs at once: their rows in flight never pass serve.job_share of replicas x
+    max_ongoing_requests (the rest stays for interactive requests), and both finish whole."""
+    from types import SimpleNamespace
+
+    from pipelines.serve.config import ServeConfig
+    from pipelines.serve.manager import JobManager
+
+    live, peak = 0, 0
+
+    async def answer_row(row):
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.01)
+        live -= 1
+        return await _echo({**row, "doc_id": None, "error": None})
+
+    cfg = ServeConfig(replicas=2, max_ongoing_requests=4, job_share=0.5, allowed_paths=[str(tmp_path)])
+    manager = JobManager(answer_row, SimpleNamespace(serve=cfg, state_dir=str(tmp_path / "state")))
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"id": f"{name}{i}", "question": "q", "document": "d"}) + "\n" for i in range(20)))
+
+    async def both():
+        for name in ("a", "b"):
+            assert (await manager.submit(str(tmp_path / f"{name}.jsonl"), str(tmp_path / f"out-{name}"))).status == 202
+        return await asyncio.gather(*manager.tasks.values())
+
+    finals = asyncio.run(both())
+    assert manager.job_slots == 4 and peak == 4
+    assert [f.done for f in finals] == [20, 20] and all(f.status == "done" for f in finals)
