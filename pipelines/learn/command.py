@@ -41,8 +41,9 @@ MODEL_SETTINGS = ("learn.lr", "learn.sft.lr", "learn.freeze_layers", "learn.toke
                   "agent.chunk_size", "agent.memory_budget", "agent.final_budget")
 
 
-def recipe_line(cfg: Config, sft: bool, source: str | None) -> str:
-    """The one line naming the recipe a run uses: where it comes from and the settings that matter."""
+def recipe_line(cfg: Config, sft: bool, source: str | None, steps: int | None = None) -> str:
+    """The one line naming the recipe a run uses: where it comes from and the settings that matter
+    (steps: --steps, which wins over learn.steps)."""
     learn, a, r = cfg.learn, cfg.agent, cfg.rollout
     layers = f"layers above {learn.freeze_layers} trained" if learn.freeze_layers else "every layer trained"
     if learn.lora is not None:
@@ -50,7 +51,7 @@ def recipe_line(cfg: Config, sft: bool, source: str | None) -> str:
     mode = (f"SFT: lr {learn.lr:g} (learn.sft.lr), {learn.sft_batch} conversations a step" if sft else
             f"RL: lr {learn.lr:g}, {r.batch_groups} groups of {r.group_size} a step, kl {learn.kl_coef:g}")
     origin = f"config '{source}'" if source else "the embedded SmolLM2-135M recipe (no --config)"
-    return (f"recipe: {origin}; {mode}, {layers}, {learn.steps} steps; agent chunk {a.chunk_size}, "
+    return (f"recipe: {origin}; {mode}, {layers}, {steps or learn.steps} steps; agent chunk {a.chunk_size}, "
             f"memory {a.memory_budget}, answer {a.final_budget} tokens")
 
 
@@ -77,11 +78,11 @@ def check_sft_overrides(overrides: list[str]) -> None:
                             f"({key} is RL's)")
 
 
-def announce(cfg: Config, sft: bool, source: str | None) -> None:
+def announce(cfg: Config, sft: bool, source: str | None, steps: int | None = None) -> None:
     from pipelines import logs
     from pipelines.models import config_model_dir
 
-    print(recipe_line(cfg, sft, source), file=logs.console(), flush=True)
+    print(recipe_line(cfg, sft, source, steps), file=logs.console(), flush=True)
     if notice := model_notice(config_model_dir(cfg)):
         print(notice, file=logs.console(), flush=True)
 
@@ -97,7 +98,7 @@ def run(cfg: Config, args) -> None:
     if args.sft:
         check_sft_overrides(getattr(args, "overrides", []) or [])
     cfg = cfg.model_copy(update={"learn": cfg.learn.for_mode(args.sft)})
-    announce(cfg, args.sft, getattr(args, "config", None))
+    announce(cfg, args.sft, getattr(args, "config", None), args.steps)
     if args.continuous:
         from pipelines.learn import continuous
 

@@ -57,6 +57,7 @@ def test_the_recipe_line_and_the_notice_for_another_model(tmp_path):
     line = recipe_line(cfg.model_copy(update={"learn": cfg.learn.for_mode(True)}), True, None)
     assert "embedded SmolLM2-135M recipe" in line and "lr 0.0002 (learn.sft.lr)" in line and "\n" not in line
     assert "configs/x.yaml" in recipe_line(cfg, False, "configs/x.yaml")
+    assert f"{cfg.learn.for_mode(True).steps} steps;" in line and "30 steps;" in recipe_line(cfg, True, None, steps=30)  # --steps wins
     smol = tmp_path / "smol"
     smol.mkdir()
     (smol / "config.json").write_text(json.dumps({"num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152}))
