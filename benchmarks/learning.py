@@ -109,7 +109,8 @@ SUITES = {
     # RL stops at learn.max_dropped_groups).
     "squad": Suite("squad", {"sft": "configs/sft-smollm2-squad.yaml", "rl": "configs/rl-smollm2-squad.yaml"},
                    ["agent.chunk_size=256", "agent.memory_budget=128", "agent.final_budget=64"], ("1K", "4K", "16K"),
-                   # SFT: the preset's 120 steps (30 scored 1.0 [0.3, 3.6] em at 1K, n = 200: results/learning/squad)
+                   # SFT: up to the preset's 120 steps; one epoch of its 768 rows' traces ends it at 91 (30 steps
+                   # scored 1.0 [0.3, 3.6] em at 1K, 91 scored 2.0 [0.8, 5.0], n = 200: results/learning/squad)
                    (200, 64), (120, 40), "squad", Targets(20, 15, 0.8, 3),
                    ("learn.task_n=16", "learn.pass_filter.low=0.0", "learn.eval_every=0", "rollout.drop_equal_rewards=false"),
                    (8, 2)),
