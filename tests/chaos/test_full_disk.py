@@ -14,10 +14,14 @@ import subprocess
 import pytest
 
 from tests.chaos.conftest import Training, steps_in
+from tests.chaos.rewards import GATE_ENV, HOLD_ENV
 from tests.learn.conftest import rl_overrides
 from tests.support import run_cli
 
 STEPS, FILL_AT, SIZE = 6, 2, "300m"  # a checkpoint here: ~40 MB of learner state, a policy ~13 MB
+# A step takes 2 groups: the rows from HOLD_FROM on wait at a gate until the disk is full, so a fast
+# run cannot finish (or pass its next checkpoint) before the test has filled it.
+HOLD_FROM = 2 * FILL_AT + 6
 
 
 @pytest.fixture
@@ -35,24 +39,41 @@ def small_disk(tmp_path):
 
 
 def fill(mount) -> os.PathLike:
-    """A file that takes all but 64 KB of the mount's free space."""
+    """A file that takes all but 64 KB of the mount's free space. The run writes its checkpoint
+    meanwhile, so the space can shrink between measuring and allocating (ENOSPC): measure again
+    and extend the file by what is left, until less than 1 MB is free."""
+    import errno
+
     filler = mount / "filler"
-    st = os.statvfs(mount)
     with open(filler, "wb") as f:
-        os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize - (64 << 10))
+        for _ in range(100):
+            st = os.statvfs(mount)
+            free = st.f_bavail * st.f_frsize - (64 << 10)
+            if free <= 1 << 20:
+                return filler
+            try:
+                os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, free)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
     return filler
 
 
 @pytest.mark.slow  # a real training run or a server stopped and started
-def test_a_full_disk_mid_checkpoint_is_one_line_and_resume_continues(small_disk, rl_tasks, tiny_model_dir):
+def test_a_full_disk_mid_checkpoint_is_one_line_and_resume_continues(small_disk, rl_tasks, tiny_model_dir, tmp_path):
     from pipelines.learn.runs import latest_state, newest_complete
 
     out = small_disk / "run"
-    args = ["train", "--tasks", rl_tasks, "--steps", str(STEPS), "--out", str(out), *rl_overrides(tiny_model_dir)]
-    run = Training(args)
+    gate = tmp_path / "gate"
+    gate.touch()
+    gated = [o for o in rl_overrides(tiny_model_dir) if not o.startswith("rollout.reward=")]
+    args = ["train", "--tasks", rl_tasks, "--steps", str(STEPS), "--out", str(out), *gated,
+            "rollout.reward=tests.chaos.rewards:gated_reward"]
+    run = Training(args, {GATE_ENV: str(gate), HOLD_ENV: str(HOLD_FROM)})
     try:
         run.wait_step(FILL_AT)
         filler = fill(small_disk)
+        gate.unlink()
         rc, _, err = run.finish()
     finally:
         run.kill()
