@@ -66,7 +66,7 @@ def overrides(size: Size, state: str) -> list[str]:
     return ["engine.kind=vllm", "engine.cpu_kvcache_gib=2", "engine.max_num_seqs=64", "engine.max_model_len=4096",
             f"agent.chunk_size={size.chunk}", f"agent.memory_budget={size.memory}", f"agent.final_budget={size.final}",
             "serve.replicas=1", "serve.replica_cpus=1", "serve.max_ongoing_requests=64",
-            "serve.max_queued_requests=64", "serve.shard_rows=16", f"serve.state_dir={state}",
+            "serve.max_queued_requests=64", "serve.job_share=1.0", "serve.shard_rows=16", f"serve.state_dir={state}",
             f"serve.allowed_paths=[{Path(state).parent}]"]  # the job's rows and output live beside the state
 
 

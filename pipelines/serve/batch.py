@@ -74,7 +74,9 @@ def main(cfg: Config, input_uri: str, output_uri: str, server: str | None) -> di
     from pipelines.serve import app
     from pipelines.serve.settings import with_allowed
 
-    url = app.start(with_allowed(cfg, input_uri, output_uri), port=runtime.free_port())
+    # an app started for this one job answers nothing else: the job may hold every slot
+    alone = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"job_share": 1.0})})
+    url = app.start(with_allowed(alone, input_uri, output_uri), port=runtime.free_port())
     try:
         return run_job(Client(url, token), input_uri, output_uri)
     finally:
