@@ -10,22 +10,23 @@ scored) and its paired strict differences. Stages: sft (both arms), rl (optional
 from its own SFT weights; the gated arm pays --turn-cost per chunk read), eval. A killed run
 resumes where it stopped; commit the results folder as cells land.
 
-    .venv/bin/python benchmarks/gates.py                                   # SFT + RL, n=64, 3 tasks
+    .venv/bin/python benchmarks/gates.py                                   # SFT + RL, n=128, 3 tasks
     .venv/bin/python benchmarks/gates.py --stages sft,eval --tasks niah_single --eval-tasks niah_single \\
         --n 32 --sft-minutes 17 --train-set learn.sft_batch=8 --work .memagent/bench/gates-pilot \\
         --results benchmarks/results/gates-pilot                          # the committed pilot
     .venv/bin/python benchmarks/gates.py --quick                           # the plumbing, tiny sizes
 
-Figures per cell (memory agent, rows that ran):
-- documents per hour: 3600 / the mean of the records' `seconds` (each document's loop, first
-  engine call to answer, with eval.concurrency documents sharing the engine); the wall time of
-  the model's whole `memagent eval` (every length, engine start included) is kept as `eval_minutes`;
-- generated tokens per document: the eval records keep every memory turn's text (eval.traces = n)
-  but not the engine's token counts, so they are re-counted with the model's tokenizer: each
-  written memory, the keep marker for a kept turn, the exit marker, the final answer (within a
-  token or two a turn of what the engine generated: the end-of-turn token is not counted);
+Figures per cell (memory agent, rows that ran), each cell its own `memagent eval` (its rows alone on
+the engine, eval.concurrency of them in flight, the rest queued):
+- documents per hour, a throughput: n over the cell's span, from its first row's start to its last
+  row's end (the records' `finished` less `seconds`: engine start and row building left out). It
+  reads as a throughput only when n is well above eval.concurrency (32), a steady queue: --n 128
+  and up (the pilot's n = 32 put every row in flight at once and measured a latency instead);
+- seconds per document: the mean of the records' `seconds` (a latency, beside it);
+- generated tokens per document: the engine's count over every turn (the records' `generated`);
 - chunks read (and the document's chunks), memory updates, the share of documents that exited;
 - the strict score with its 95% interval, and gated - ungated paired over the same rows.
+Cells recorded before the records kept `generated` and `finished` are refused (score them again).
 
 The last line is one JSON object: {"stage": the latest trained stage scored, "docs_per_hour_ratio":
 {task: {length: gated / ungated}}, "tokens_ratio": {task: {length: ungated / gated}},
@@ -40,7 +41,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,8 +48,6 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
 from benchmarks.learning import SUITES, Cells, evaluate, pairs, points, table_of, train  # noqa: E402
-from pipelines.agent.gates import EXIT, KEEP  # noqa: E402
-from pipelines.agent.templates import INITIAL_MEMORY  # noqa: E402
 
 ARMS = {"ungated": [], "gated": ["agent.gates=true", "agent.template=gated"]}
 MULTIPLES = (4, 16)  # of the training length (the suite's 1x), where the issue's targets are read
@@ -92,13 +90,13 @@ def plan(stages: list[str], lengths: list[str], n: int) -> list[Cells]:
 
 
 def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
-    """One cell through learning.evaluate, with the arm's gates and every row's memories kept (the
-    token re-count needs them); the load average before and after it is written beside."""
+    """One cell through learning.evaluate, with the arm's gates; the load average before and after it
+    is written beside."""
     arm = "gated" if cells.model.endswith("-gated") else "ungated"
     folder = results / cells.name
     fresh = not (folder / "summary.json").exists()
     before = os.getloadavg()
-    agent = [*SUITES["needles"].agent, *ARMS[arm], f"eval.traces={cells.n}"]
+    agent = [*SUITES["needles"].agent, *ARMS[arm]]
     evaluate(cells, model, results, tasks, agent)
     if fresh:
         (folder / "load.json").write_text(json.dumps({"before": before, "after": os.getloadavg(),
@@ -106,39 +104,25 @@ def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
     return folder
 
 
-def token_counter(model: str) -> Callable[[str], int]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model)
-    return lambda text: len(tok.encode(text, add_special_tokens=False)) if text else 0
+def span_hours(recs: list[dict]) -> float:
+    """From the first row's start to the last row's end, in hours."""
+    return (max(r["finished"] for r in recs) - min(r["finished"] - r["seconds"] for r in recs)) / 3600
 
 
-def generated_tokens(rec: dict, count: Callable[[str], int]) -> int:
-    """What one document's turns generated, re-counted from its record: a written memory's tokens
-    (a turn that wrote the memory it already had is found by the record's update count), the keep
-    marker for a kept turn, the exit marker, the answer."""
-    memories, read, updates = rec["memory"], rec["chunks_read"], rec["memory_updates"]
-    previous = [INITIAL_MEMORY, *memories[:-1]]
-    changed = [i for i, (m, p) in enumerate(zip(memories, previous)) if m != p]
-    same = [i for i in range(len(memories)) if i not in changed]
-    written = sorted(changed[:updates] + same[:max(0, updates - len(changed))])
-    tokens = sum(count(memories[i]) for i in written) + (read - updates) * count(KEEP)
-    return tokens + (count(EXIT) if rec["exit_chunk"] is not None else 0) + count(rec["answer"])
-
-
-def figures(folder: Path, task: str, length: str, count: Callable[[str], int]) -> dict:
+def figures(folder: Path, task: str, length: str) -> dict:
     """One memory-agent cell's speed and gate figures (rows that ran), its strict score beside."""
     from pipelines.eval.results import cell_uri, read_cell
 
     recs = [r for r in read_cell(cell_uri(str(folder), task, length, "memagent")) if r["error"] is None]
-    if any(len(r["memory"]) != r["chunks_read"] for r in recs):
-        sys.exit(f"gates: {folder} kept only some rows' memories (eval.traces < n): its tokens cannot be counted")
+    if any(r.get("finished") is None or r.get("generated") is None for r in recs):
+        sys.exit(f"gates: {folder} {task} {length}: rows recorded before records kept 'finished' and 'generated'; "
+                 "delete the folder to score it again")
     n = len(recs)
-    seconds = sum(r["seconds"] for r in recs) / n
     stamp = json.loads((folder / "model.json").read_text())
     return {"n": n, "strict": points(table_of(folder)[task][length]["memagent"]),
-            "seconds_per_doc": round(seconds, 2), "docs_per_hour": round(3600 / seconds, 1),
-            "tokens_per_doc": round(sum(generated_tokens(r, count) for r in recs) / n, 1),
+            "docs_per_hour": round(n / span_hours(recs), 1),
+            "seconds_per_doc": round(sum(r["seconds"] for r in recs) / n, 2),
+            "tokens_per_doc": round(sum(r["generated"] for r in recs) / n, 1),
             "chunks_read": round(sum(r["chunks_read"] for r in recs) / n, 2),
             "chunks": round(sum(r["chunks_read"] + r["chunks_unread"] for r in recs) / n, 2),
             "memory_updates": round(sum(r["memory_updates"] for r in recs) / n, 2),
@@ -179,7 +163,7 @@ def main() -> None:
     p.add_argument("--stages", help="sft, rl, eval (default all three; --quick: sft,eval)")
     p.add_argument("--tasks", default="niah_single,niah_multikey", help="training tasks")
     p.add_argument("--eval-tasks", default="niah_single,niah_multikey,squad", help="held-out tasks scored")
-    p.add_argument("--n", type=int, help="rows a cell (default 64)")
+    p.add_argument("--n", type=int, help="rows a cell (default 128: four times eval.concurrency, a steady queue)")
     p.add_argument("--multiples", help=f"of the training length (default {','.join(map(str, MULTIPLES))})")
     p.add_argument("--sft-steps", type=int, help="default: the suite's (30)")
     p.add_argument("--rl-steps", type=int, help="default: the suite's (40)")
@@ -192,7 +176,7 @@ def main() -> None:
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "gates"))
     args = p.parse_args()
     suite, stages = SUITES["needles"], set((args.stages or ("sft,eval" if args.quick else "sft,rl,eval")).split(","))
-    n = args.n or (QUICK["n"] if args.quick else 64)
+    n = args.n or (QUICK["n"] if args.quick else 128)
     multiples = tuple(int(k) for k in args.multiples.split(",")) if args.multiples else (
         QUICK["multiples"] if args.quick else MULTIPLES)
     lengths, small = lengths_of(suite.lengths[0], multiples), [*(QUICK["train"] if args.quick else []), *args.train_set]
@@ -213,12 +197,11 @@ def main() -> None:
             done[c] = score_cells(c, models[c.model], results, args.eval_tasks)
         elif (results / c.name / "summary.json").exists():
             done[c] = results / c.name
-    count = token_counter(next(iter(models.values()))) if done else None
     cells: dict = {}
     for c, folder in done.items():
         for task, by_length in table_of(folder).items():
             for length in by_length:
-                cells.setdefault(c.model, {}).setdefault(task, {})[length] = figures(folder, task, length, count)
+                cells.setdefault(c.model, {}).setdefault(task, {})[length] = figures(folder, task, length)
     by = {(c.model, c.method, length): f for c, f in done.items() for length in c.length.split(",")}
     tasks = args.eval_tasks.split(",")
     by_stage = {s: compare(cells, by, s, tasks, lengths) for s in trained}

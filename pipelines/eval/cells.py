@@ -16,6 +16,7 @@ records that arrived since the last checkpoint, for the caller to save.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
@@ -75,7 +76,7 @@ class CellBook:
 
     def add_trajectory(self, t: Trajectory) -> Cell:
         ref = self._pop(t.sample_id)
-        self._append(ref.cell, trajectory_record(ref, t, self.traces))
+        self._append(ref.cell, trajectory_record(ref, t, self.traces, finished=time.time()))
         return ref.cell
 
     def add_failure(self, key: str, reason: str) -> Cell:

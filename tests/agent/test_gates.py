@@ -200,7 +200,8 @@ def test_trajectories_records_and_metrics_carry_the_gates():
     assert m["gate/update_rate"] == 4 / 6 and m["gate/exit_fraction"] == 6 / 12 and m["gate/malformed"] == 1.0
     task_row = TaskRow("s", "q?", ["1"], "one_of", None, "doc", 400, "niah", "test")
     cell = ("niah", "4K", "memagent")
-    rec = trajectory_record(RowRef(cell, 0, task_row), t, traces=1)
+    rec = trajectory_record(RowRef(cell, 0, task_row), t, traces=1, finished=1e9)
+    assert (rec["finished"], rec["seconds"]) == (1e9, 0.5)  # a cell's span for documents per hour
     assert (rec["chunks_read"], rec["memory_updates"], rec["exit_chunk"], rec["malformed"]) == (4, 2, 4, 1)
     assert rec["generated"] == 10  # 2 tokens in each of the 5 turns: what the benchmark's tokens/doc reads
     from pipelines.eval.results import summarize
