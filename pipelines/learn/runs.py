@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -171,8 +172,16 @@ def final_model(out: str, state: LearnerState, sft: bool) -> str:
         return publish_dir(local, f"{out}/final")
 
 
-def register(cfg, out: dict, run_id: str | None) -> str | None:
-    """The run's model as a new registered version, tagged with its run and data (lineage)."""
+# A tracking server that restarts answers again within a few track.retry_s; one that does not
+# should not hold a trained model hostage: the run ends, the model in OUT, the command printed.
+REGISTER_TRIES = 3
+
+
+def register(cfg, out: dict, run_id: str | None, sleep=time.sleep) -> str | None:
+    """The run's model as a new registered version, tagged with its run and data (lineage). The
+    model is already whole in OUT, so a tracking server that refuses does not fail the run: it is
+    tried REGISTER_TRIES times, track.retry_s apart, then one line gives the command that
+    registers the model once the server answers, and None is returned."""
     if not cfg.track.enabled:
         return None
     from pipelines.models import config_model_dir
@@ -181,5 +190,36 @@ def register(cfg, out: dict, run_id: str | None) -> str | None:
     local = config_model_dir(cfg, out["model"])
     tags = {"train_run": run_id or "", "tasks": out["tasks"], "steps": str(out["steps"]),
             "base_model": cfg.model.path}
-    return register_model(local, cfg.learn.registry_name, cfg.home_path, cfg.track, metrics=out.get("metrics"),
-                          tags=tags, run_id=run_id)
+    for tried in range(1, REGISTER_TRIES + 1):
+        try:
+            return register_model(local, cfg.learn.registry_name, cfg.home_path, cfg.track,
+                                  metrics=out.get("metrics"), tags=tags, run_id=run_id)
+        except UserError as e:
+            failed = e
+            if tried < REGISTER_TRIES:
+                sleep(cfg.track.retry_s)
+    from pipelines import logs
+    from pipelines.track.redact import env_secrets, redact
+
+    print(redact(f"not registered after {REGISTER_TRIES} tries ({failed}); the model stays in '{out['model']}': "
+                 f"once the server answers, run: {register_command(cfg, out['model'])}", env_secrets()),
+          file=logs.console(), flush=True)
+    return None
+
+
+def register_command(cfg, model: str) -> str:
+    """The `memagent model register` line that registers `model` where this run would have: the
+    same config, tracking server, experiment and registered name (the lineage tags are the run's
+    own and stay out)."""
+    import shlex
+
+    from pipelines.track.config import TrackConfig
+    from pipelines.track.tracker import config_source, default_tracking_uri
+
+    source = config_source()
+    words = ["memagent", *(["--config", source] if source != "default" else []), "model", "register",
+             "--model", model, "--name", cfg.learn.registry_name,
+             f"track.tracking_uri={default_tracking_uri(cfg.home_path, cfg.track)}"]
+    if cfg.track.experiment != TrackConfig().experiment:
+        words.append(f"track.experiment={cfg.track.experiment}")
+    return shlex.join(words)

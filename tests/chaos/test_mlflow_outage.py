@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.mlflow_server import MlflowServer
-from tests.chaos.conftest import Training
+from tests.chaos.conftest import Training, tracked_rl
 from tests.chaos.rewards import GATE_ENV, HOLD_ENV
-from tests.learn.conftest import rl_overrides
 
 OUTAGE_S = float(os.environ.get("CHAOS_MLFLOW_OUTAGE_S", "5"))
 DOWN_AT, OUTAGE_STEPS = 2, 3
@@ -27,19 +25,6 @@ DOWN_AT, OUTAGE_STEPS = 2, 3
 # to spare for groups dropped with equal rewards; STEPS needs rows past it, held until the server is back.
 HOLD_FROM = 2 * (DOWN_AT + OUTAGE_STEPS) + 6
 STEPS = DOWN_AT + OUTAGE_STEPS + 7
-
-
-@pytest.fixture
-def mlflow(tmp_path):
-    server = MlflowServer(tmp_path / "mlflow").start()
-    yield server
-    server.stop()
-
-
-def tracked_rl(tiny_model_dir, uri: str) -> list[str]:
-    swaps = {"track.enabled=false": f"track.tracking_uri={uri}"}
-    return [swaps.get(o, o) for o in rl_overrides(tiny_model_dir) if not o.startswith("rollout.reward=")] + [
-        "rollout.reward=tests.chaos.rewards:gated_reward", "track.retry_s=2"]
 
 
 @pytest.mark.slow  # a real training run or a server stopped and started
