@@ -3,11 +3,14 @@ session's (tests/conftest.py), so an outage here cannot fail a test elsewhere.""
 
 from __future__ import annotations
 
+import re
+import socket
 import threading
 import time
 
 import pytest
 
+from infra.mlflow_server import MlflowServer
 from infra.seaweedfs import SeaweedFS
 
 
@@ -29,6 +32,24 @@ def on_flaky_s3(flaky_s3, monkeypatch):
     return flaky_s3
 
 
+@pytest.fixture
+def mlflow(tmp_path):
+    """An MLflow server of the test's own."""
+    server = MlflowServer(tmp_path / "mlflow").start()
+    yield server
+    server.stop()
+
+
+def tracked_rl(tiny_model_dir, uri: str, retry_s: float = 2) -> list[str]:
+    """tests/learn's tiny RL overrides, tracked at `uri` (retried every retry_s), rewarded by
+    tests/chaos/rewards.py:gated_reward."""
+    from tests.learn.conftest import rl_overrides
+
+    swaps = {"track.enabled=false": f"track.tracking_uri={uri}"}
+    return [swaps.get(o, o) for o in rl_overrides(tiny_model_dir) if not o.startswith("rollout.reward=")] + [
+        "rollout.reward=tests.chaos.rewards:gated_reward", f"track.retry_s={retry_s:g}"]
+
+
 def outage(server, seconds: float) -> threading.Thread:
     """Stop `server` now and start it again on the same port after `seconds`, in the background;
     join the thread to wait for it to be back."""
@@ -36,6 +57,87 @@ def outage(server, seconds: float) -> threading.Thread:
     thread = threading.Thread(target=lambda: (time.sleep(seconds), server.start()), daemon=True)
     thread.start()
     return thread
+
+
+class Tripwire:
+    """A TCP proxy in front of `server`'s S3 port that starts its outages at chosen requests: when
+    a PUT or POST writes the nth distinct object key matching `key` (Ray Train's upload of a
+    checkpoint's learner.pt, say) and `outages` has n, so the fault lands inside that write
+    however the run is timed. That connection is dropped and the server stopped, started again
+    after outages[n] seconds (None: it stays down); every other request passes through (refused
+    while the server is down). A run reaches S3 through `endpoint`."""
+
+    def __init__(self, server, key: bytes, outages: dict[int, float | None]):
+        self.server, self.outages = server, outages
+        self._write = re.compile(rb"(?:PUT|POST) /(\S*?" + key + rb")[ ?]")
+        self.keys: list[str] = []  # the matching keys written, in order
+        self.tripped: list[int] = []  # the n of each outage started
+        self.back: threading.Thread | None = None  # the restart of the newest outage
+        self._lock = threading.Lock()
+        self._listen = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listen.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listen.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listen.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.server.s3_port))
+        except OSError:  # the server is down: refused, as the endpoint itself would
+            client.close()
+            return
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        seen = b""
+        while data := _recv(client):
+            seen = seen[-1024:] + data
+            if self._trips(seen):
+                break
+            try:
+                upstream.sendall(data)
+            except OSError:
+                break
+        client.close()
+        upstream.close()
+
+    def _trips(self, seen: bytes) -> bool:
+        with self._lock:
+            new = [k for k in dict.fromkeys(m.decode() for m in self._write.findall(seen)) if k not in self.keys]
+            self.keys += new
+            n = len(self.keys)
+            if not new or n not in self.outages or n in self.tripped:
+                return False
+            self.tripped.append(n)
+            if self.outages[n] is None:
+                self.server.stop()
+            else:
+                self.back = outage(self.server, self.outages[n])
+            return True
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(1 << 16)
+    except OSError:
+        return b""
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    while data := _recv(src):
+        try:
+            dst.sendall(data)
+        except OSError:
+            break
+    dst.close()
+    src.close()
 
 
 def steps_in(lines: list[str]) -> list[int]:
