@@ -16,8 +16,9 @@ resumes where it stopped; commit the results folder as cells land.
         --results benchmarks/results/gates-pilot                          # the committed pilot
     .venv/bin/python benchmarks/gates.py --quick                           # the plumbing, tiny sizes
 
-Figures per cell (memory agent, rows that ran), each cell its own `memagent eval` (its rows alone on
-the engine, eval.concurrency of them in flight, the rest queued):
+Figures per cell (memory agent, rows that ran); each model and length is its own `memagent eval`, its
+tasks' rows streamed one task after another (eval.concurrency in flight, the rest queued), so a
+task's rows share the engine only with the next task's first rows at the boundary:
 - documents per hour, a throughput: n over the cell's span, from its first row's start to its last
   row's end (the records' `finished` less `seconds`: engine start and row building left out). It
   reads as a throughput only when n is well above eval.concurrency (32), a steady queue: --n 128
