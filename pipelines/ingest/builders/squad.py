@@ -100,10 +100,14 @@ class Squad:
     def split_articles(self, split: str) -> list[str]:
         return sorted(t for t in self.articles if in_eval_split(t, EVAL_EVERY) == (split == "eval"))
 
-    def candidates(self, split: str, seed: int) -> list[Question]:
+    def candidates(self, split: str, seed: int, target: int = 0) -> list[Question]:
+        """The split's questions in the order rows take them. Training lengths each shuffle their own
+        way (TARGET), so a train split of several lengths teaches that many more questions (one order
+        for all gave 2-4 chunks at 256 rows each only 256 questions); eval lengths share one order, so
+        a question's cells at 1x and 16x are the same questions."""
         mine = set(self.split_articles(split))
         out = [q for q in self.questions if q.article in mine]
-        rng_for("squad", split, seed).shuffle(out)
+        rng_for("squad", split, seed, *((target,) if split == "train" else ())).shuffle(out)
         return out
 
     def distractors(self, q: Question, split: str, rng) -> list[str]:
@@ -141,7 +145,7 @@ class Squad:
 
     def samples(self, split: str, target: int, n: int, seed: int) -> Iterator[tuple[str, Sample]]:
         made = 0
-        for q in self.candidates(split, seed):
+        for q in self.candidates(split, seed, target):
             if (s := self.sample(q, split, target, seed)) is not None:
                 made += 1
                 yield q.qid, s
