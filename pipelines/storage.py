@@ -315,9 +315,15 @@ def staged_dir(uri: str) -> Iterator[Path]:
 
     with tempfile.TemporaryDirectory(prefix="memagent-stage-") as d:
         yield Path(d)
-        files = sorted((p for p in Path(d).rglob("*") if p.is_file()), key=lambda p: p.name == "config.json")
-        for p in files:
-            retried(uri, lambda p=p: _upload(fs, p, f"{root}/{p.relative_to(d)}"))
+        upload_dir(Path(d), uri)
+
+
+def upload_dir(src: Path, uri: str, last: str = "config.json") -> None:
+    """Each file of the local folder `src` to the s3:// prefix `uri`, one PUT each (retried), the
+    one named `last` last: a reader that checks for it never takes the folder for whole too early."""
+    fs, root = resolve(uri)
+    for p in sorted((p for p in src.rglob("*") if p.is_file()), key=lambda p: p.name == last):
+        retried(uri, lambda p=p: _upload(fs, p, f"{root}/{p.relative_to(src)}"))
 
 
 def remove_tree(uri: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,32 @@ def save(dest: Path, blob: dict, state: LearnerState) -> Path:
     state.rng = {"torch": torch.get_rng_state().tolist(), "python": [v, list(ints), gauss]}
     (dest / "state.json").write_text(json.dumps(asdict(state)))
     return dest
+
+
+def upload_to(out: str) -> Callable | None:
+    """Ray Train's upload of a checkpoint into an s3:// OUT (train.report's checkpoint_upload_fn),
+    each file retried with storage's policy: Ray Train's own copy tries pyarrow's few times, and
+    an endpoint refusing for seconds then fails the report, so Ray Train restarts the learner from
+    the previous checkpoint (the steps since then redone, and a restart while the endpoint is down
+    fails again); this waits instead, or ends the run with one line naming the checkpoint.
+    state.json goes last (runs.newest_complete reads a folder without it as cut). None for a local
+    OUT: Ray Train's copy (a full disk is caught around it)."""
+    from pipelines.storage import is_s3
+
+    if not is_s3(out):
+        return None
+
+    def upload(checkpoint, name: str):
+        from ray.train import Checkpoint
+
+        from pipelines.storage import resolve, upload_dir
+
+        uri = f"{out.rstrip('/')}/learner/{name}"  # launch.fit's RunConfig: storage OUT, name `learner`
+        upload_dir(Path(checkpoint.path), uri, last="state.json")
+        fs, path = resolve(uri)
+        return Checkpoint(path, filesystem=fs)
+
+    return upload
 
 
 def read_state(src: Path, fingerprint: str) -> LearnerState:

@@ -287,7 +287,7 @@ def report(lc: LearnConfig, run: RunSpec, policy: Policy, state: ckpt.LearnerSta
     if save and rank == 0:
         with tempfile.TemporaryDirectory(prefix="memagent-ckpt-") as d:
             ckpt.save(Path(d), blob, state)
-            train.report(metrics, checkpoint=Checkpoint.from_directory(d))
+            train.report(metrics, checkpoint=Checkpoint.from_directory(d), checkpoint_upload_fn=ckpt.upload_to(run.out))
         if run.source is not None:
             run.source.ack(state.step)
     else:

@@ -1,0 +1,66 @@
+"""The S3 endpoint refusing while Ray Train uploads a checkpoint to an s3:// OUT. A proxy in front
+of SeaweedFS (conftest.Tripwire) stops it the moment the upload of a checkpoint's learner.pt
+begins: at step SHORT_AT for CHAOS_S3_OUTAGE_S seconds (within the retry budget), at step DOWN_AT
+for good. The short outage costs nothing: the upload is retried with storage.retried's backoff
+(learn/checkpoint.py: upload), no learner restart, no step run twice. The lasting one ends the run
+with one line naming a URI in OUT; the previous checkpoint stays whole and, the endpoint back,
+`--resume` continues from it to the last step.
+
+AWS_MAX_ATTEMPTS=6 here (1 + 2 + 4 + 8 + 16 s of backoff): enough for the short outage and the
+server's restart on a loaded machine, and the lasting outage gives up within a minute."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.chaos.conftest import Training, Tripwire, steps_in
+from tests.learn.conftest import rl_overrides
+from tests.support import run_cli
+
+OUTAGE_S = float(os.environ.get("CHAOS_S3_OUTAGE_S", "5"))
+STEPS, SHORT_AT, DOWN_AT = 5, 2, 4
+
+
+@pytest.fixture
+def tripwire(flaky_s3, monkeypatch):
+    """The run's S3 goes through a Tripwire (checkpoint uploads at SHORT_AT and DOWN_AT)."""
+    wire = Tripwire(flaky_s3, rb"learner/checkpoint_[^/\s]+/learner\.pt", {SHORT_AT: OUTAGE_S, DOWN_AT: None})
+    for k, v in {**flaky_s3.env(), "AWS_ENDPOINT_URL": wire.endpoint, "AWS_MAX_ATTEMPTS": "6"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    yield wire
+    wire.close()
+    if flaky_s3.proc is None:
+        flaky_s3.start()
+
+
+@pytest.mark.slow  # a real training run or a server stopped and started
+def test_a_checkpoint_upload_rides_out_a_short_outage_and_a_lasting_one_is_one_line(tripwire, flaky_s3, rl_tasks,
+                                                                                    tiny_model_dir):
+    from pipelines.learn.runs import latest_state
+
+    out = "s3://chaos/checkpoint-outage"
+    args = ["train", "--tasks", rl_tasks, "--steps", str(STEPS), "--out", out, *rl_overrides(tiny_model_dir)]
+    run = Training(args)
+    try:
+        rc, _, err = run.finish()
+    finally:
+        run.kill()
+    assert tripwire.tripped == [SHORT_AT, DOWN_AT], err[-3000:]
+    assert rc == 2, err[-3000:]  # a UserError, not a crash
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"memagent: error: '{out}/") and "S3 endpoint unreachable after 6 attempts" in last, last
+    # the short outage: no restart, no step again; DOWN_AT's line is out unless the driver's own write
+    # of its curve point (before the line) met the lasting outage first
+    assert run.steps() in ([*range(1, DOWN_AT)], [*range(1, DOWN_AT + 1)]), err[-3000:]
+
+    flaky_s3.start()
+    stands = latest_state(out, str(tiny_model_dir))
+    assert stands is not None and stands.step == DOWN_AT - 1  # the checkpoint before the lasting outage
+    resumed = run_cli("train", "--resume", *args[1:])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert steps_in(resumed.stderr.splitlines()) == list(range(DOWN_AT, STEPS + 1))
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == STEPS
