@@ -1,6 +1,6 @@
 """Learner checkpoints: what a restart needs to continue as if nothing happened.
 
-One folder per checkpoint (Ray Train copies it into the run's storage, local or s3://):
+One folder per checkpoint (Ray Train copies it into a local OUT; into an s3:// one, upload_to):
     learner.pt   trainable weights (LoRA adapters, or the unfrozen layers), optimizer, scheduler
     state.json   step, policy version, data cursor, RNG states, the base model's fingerprint
 """

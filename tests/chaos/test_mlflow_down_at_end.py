@@ -58,3 +58,26 @@ def test_a_run_ending_while_the_tracker_is_down_keeps_its_model_and_says_how_to_
     client = MlflowClient(mlflow.uri)
     version = client.get_model_version("memagent", "1")
     assert client.get_run(version.run_id).data.tags["model"] == str(out / "final")
+
+
+def test_registering_against_a_refusing_server_is_tried_then_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import socket
+
+    from pipelines.config import load_config
+    from pipelines.learn.runs import REGISTER_TRIES, register
+
+    with socket.socket() as s:  # a port nothing listens on: refused at once
+        s.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setattr(sys, "argv", ["memagent", "--config", "rl-smollm2", "train"])
+    cfg = load_config(None, [f"home={tmp_path}", f"track.tracking_uri={uri}", "track.experiment=nightly",
+                             "track.retry_s=7", "learn.registry_name=mem"])
+    waits = []
+    out = {"model": str(tiny_model_dir), "tasks": "t", "steps": 3}
+    assert register(cfg, out, "run-1", sleep=waits.append) is None
+    assert waits == [7] * (REGISTER_TRIES - 1)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"not registered after {REGISTER_TRIES} tries (model 'models:/mem': ")
+    assert line.endswith(f"once the server answers, run: memagent --config rl-smollm2 model register --model "
+                         f"{tiny_model_dir} --name mem track.tracking_uri={uri} track.experiment=nightly")
