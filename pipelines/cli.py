@@ -76,10 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dispatch(args: argparse.Namespace) -> None:
-    from pipelines.config import load_config
+    from pipelines.config import load_config, writable_home
 
     cfg = load_config(args.config, args.overrides)
-    logs.route(cfg.home_path, args.verbose)
+    logs.route(writable_home(cfg.home_path), args.verbose)
     if cfg.s3.endpoint_url:
         os.environ["AWS_ENDPOINT_URL"] = cfg.s3.endpoint_url
     command(COMMANDS[args.command][0]).run(cfg, args)

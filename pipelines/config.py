@@ -12,6 +12,7 @@ unknown keys anywhere are rejected with their dotted name.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,26 @@ def home_dir(default: str | Path) -> Path:
     working directory). Ray actors call it too: on a cluster each node keeps its own caches,
     and a node that sets no MEMAGENT_HOME uses the absolute home the driver handed it."""
     home = Path(os.environ.get("MEMAGENT_HOME", default)).expanduser()
-    return home if home.is_absolute() else (Path.cwd() / home)
+    if home.is_absolute():
+        return home
+    try:
+        return Path.cwd() / home
+    except FileNotFoundError:  # the shell's folder was deleted under it
+        raise UserError(f"home '{home}': relative to the working directory, which no longer exists "
+                        "(cd to a folder, or set MEMAGENT_HOME to an absolute path)") from None
+
+
+def writable_home(home: Path) -> Path:
+    """HOME, created if missing; one line naming it when it cannot be (a file in its path, no
+    permission), before any command writes its logs, models or caches under it."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=home, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise UserError(f"home '{home}' (MEMAGENT_HOME, or the config's home): not a writable folder "
+                        f"({e.strerror or e.__class__.__name__})") from None
+    return home
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -1,8 +1,10 @@
 """Every bad input to `memagent ask` gives one line naming the input, exit 2, no traceback."""
 
+import os
+
 import pytest
 
-from tests.support import check_error, run_cli
+from tests.support import REPO, check_error, run_cli
 
 
 
@@ -50,3 +52,22 @@ def test_not_a_model_folder(good_doc, tmp_path):
 def test_unknown_config_key(good_doc):
     check_error(run_cli("ask", "--doc", str(good_doc), "--question", "q?", "agent.chunksize=3"),
                 "unknown key 'agent.chunksize'")
+
+
+def test_a_home_that_cannot_be_a_folder(tmp_path):
+    (tmp_path / "afile").write_text("")
+    home = tmp_path / "afile" / "home"
+    check_error(run_cli("config", "show", env={"MEMAGENT_HOME": str(home)}), str(home), "not a writable folder")
+
+
+def test_a_relative_home_in_a_deleted_working_directory(tmp_path):
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f"import os, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); " \
+             "from pipelines.cli import main; sys.exit(main(['config', 'show']))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "MEMAGENT_HOME": "rel", "PYTHONPATH": str(REPO)}, timeout=300)
+    check_error(proc, "home 'rel'", "no longer exists")
