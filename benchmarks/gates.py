@@ -7,8 +7,10 @@ max_model_len 4096, greedy, 32 documents in flight).
 Built on benchmarks/learning.py: its training stages (`memagent train`, resumed from checkpoints,
 `done.json` once finished), its resumable eval cells (each cell's model.json names the weights it
 scored) and its paired strict differences. Stages: sft (both arms), rl (optional: RL of each arm
-from its own SFT weights; the gated arm pays --turn-cost per chunk read), eval. A killed run
-resumes where it stopped; commit the results folder as cells land.
+from its own SFT weights; the gated arm pays --turn-cost per chunk read), eval, batch (the latest
+stage's two models through `memagent batch --runner data` on the --batch-tasks' rows at the
+longest length: the same documents-per-hour ratio by the batch path, issue: within 10% of eval's).
+A killed run resumes where it stopped; commit the results folder as cells land.
 
     .venv/bin/python benchmarks/gates.py                                   # SFT + RL, n=128, 3 tasks
     .venv/bin/python benchmarks/gates.py --stages sft,eval --tasks niah_single --eval-tasks niah_single \\
@@ -31,7 +33,8 @@ Cells recorded before the records kept `generated` and `finished` are refused (s
 
 The last line is one JSON object: {"stage": the latest trained stage scored, "docs_per_hour_ratio":
 {task: {length: gated / ungated}}, "tokens_ratio": {task: {length: ungated / gated}},
-"paired_diff": {task: {length: [mean, lo, hi, n]}} (strict, points, gated - ungated), "cells":
+"paired_diff": {task: {length: [mean, lo, hi, n]}} (strict, points, gated - ungated), "batch":
+{task: {length: {"docs_per_hour": {model: ...}, "ratio": gated / ungated, "vs_eval": ratio / eval's}}}, "cells":
 {model: {task: {length: figures}}}, "by_stage": the three ratios of every stage scored, "models",
 "train_minutes"}.
 """
@@ -48,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
-from benchmarks.learning import SUITES, Cells, evaluate, pairs, points, table_of, train  # noqa: E402
+from benchmarks.learning import EVAL, SUITES, Cells, evaluate, pairs, points, sh, table_of, train  # noqa: E402
 
 ARMS = {"ungated": [], "gated": ["agent.gates=true", "agent.template=gated"]}
 MULTIPLES = (4, 16)  # of the training length (the suite's 1x), where the issue's targets are read
@@ -131,6 +134,56 @@ def figures(folder: Path, task: str, length: str) -> dict:
             "malformed": sum(r["malformed"] for r in recs), "eval_minutes": stamp.get("minutes")}
 
 
+# The batch path's settings beside learning.EVAL's engine: one actor, as many rows in flight as the
+# eval's 32 (shards of 16, four in flight, so the queue stays full), the job holding every slot.
+BATCH = [*EVAL[:3], "serve.replicas=1", "serve.max_ongoing_requests=32", "serve.shard_rows=16",
+         "serve.shards_in_flight=4", "serve.job_share=1.0"]
+
+
+def batch_input(path: Path, task: str, length: str, n: int, model: str) -> Path:
+    """The eval cell's rows (the same builder, seed and tokenizer as `memagent eval`) as batch input."""
+    from transformers import AutoTokenizer
+
+    from pipelines.eval.rows import built_rows
+    from pipelines.eval.stats import parse_length
+
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = built_rows(task, parse_length(length), n, 0, AutoTokenizer.from_pretrained(model))
+        with open(f"{path}.part", "w") as f:
+            for r in rows:
+                f.write(json.dumps({"id": r.sample_id, "question": r.question, "document": r.context}) + "\n")
+        os.replace(f"{path}.part", path)
+    return path
+
+
+def batch_docs_per_hour(name: str, model: str, task: str, length: str, n: int, work: Path) -> float:
+    """One model's documents per hour through `memagent batch --runner data` (resumable: the job's own
+    folder): the job's rate, over the time its shards were answered (engine start left out)."""
+    folder = work / "batch" / f"{name}-{task}-{length}-n{n}"
+    rows = batch_input(folder / "input.jsonl", task, length, n, model)
+    arm = "gated" if name.endswith("-gated") else "ungated"
+    sh([sys.executable, "-m", "pipelines.cli", "batch", "--runner", "data", "--input", str(rows), "--output",
+        str(folder / "output"), f"model.path={model}", *SUITES["needles"].agent, *ARMS[arm], *BATCH],
+       stage=f"batch-{folder.name}")
+    state = json.loads((folder / "output" / "_job.json").read_text())
+    return round(state["run_done"] / max(state["run_seconds"], 1e-9) * 3600, 1)
+
+
+def batch_figures(stage: str, models: dict, tasks: list[str], length: str, n: int, work: Path, eval_ratio: dict) -> dict:
+    """Both arms of STAGE through the batch path at LENGTH: documents per hour, their ratio, and that
+    ratio over eval's (the issue: within 10%)."""
+    out: dict = {}
+    for task in tasks:
+        rates = {m: batch_docs_per_hour(m, models[m], task, length, n, work)
+                 for m in (model_name(stage, "gated"), model_name(stage, "ungated"))}
+        ratio = round(rates[model_name(stage, "gated")] / rates[stage], 2)
+        ev = eval_ratio.get(task, {}).get(length)
+        out.setdefault(task, {})[length] = {"docs_per_hour": rates, "ratio": ratio,
+                                            "vs_eval": round(ratio / ev, 2) if ev else None}
+    return out
+
+
 def compare(cells: dict, by: dict, stage: str, tasks: list[str], lengths: list[str]) -> dict:
     """One stage's ratios (gated over ungated) and the paired strict difference, where both arms scored."""
     ratios: dict = {"docs_per_hour_ratio": {}, "tokens_ratio": {}}
@@ -161,7 +214,7 @@ def table(cells: dict, lengths: list[str]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes: one SFT step, 2 rows at 2x")
-    p.add_argument("--stages", help="sft, rl, eval (default all three; --quick: sft,eval)")
+    p.add_argument("--stages", help="sft, rl, eval, batch (default all four; --quick: sft,eval,batch)")
     p.add_argument("--tasks", default="niah_single,niah_multikey", help="training tasks")
     p.add_argument("--eval-tasks", default="niah_single,niah_multikey,squad", help="held-out tasks scored")
     p.add_argument("--n", type=int, help="rows a cell (default 128: four times eval.concurrency, a steady queue)")
@@ -173,10 +226,11 @@ def main() -> None:
     p.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an override for both arms' training (repeatable), e.g. learn.sft_batch=8")
     p.add_argument("--turn-cost", type=float, default=0.0, help="the gated arm's learn.turn_cost in RL")
+    p.add_argument("--batch-tasks", default="niah_single", help="tasks the batch stage runs (at the longest length)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "gates"))
     p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "gates"))
     args = p.parse_args()
-    suite, stages = SUITES["needles"], set((args.stages or ("sft,eval" if args.quick else "sft,rl,eval")).split(","))
+    suite, stages = SUITES["needles"], set((args.stages or ("sft,eval,batch" if args.quick else "sft,rl,eval,batch")).split(","))
     n = args.n or (QUICK["n"] if args.quick else 128)
     multiples = tuple(int(k) for k in args.multiples.split(",")) if args.multiples else (
         QUICK["multiples"] if args.quick else MULTIPLES)
@@ -206,6 +260,9 @@ def main() -> None:
     by = {(c.model, c.method, length): f for c, f in done.items() for length in c.length.split(",")}
     tasks = args.eval_tasks.split(",")
     by_stage = {s: compare(cells, by, s, tasks, lengths) for s in trained}
+    if "batch" in stages and trained:
+        by_stage[trained[-1]]["batch"] = batch_figures(trained[-1], models, args.batch_tasks.split(","), lengths[-1], n,
+                                                       work, by_stage[trained[-1]]["docs_per_hour_ratio"])
     summary = {"stage": trained[-1] if trained else None, **(by_stage[trained[-1]] if trained else {}), "cells": cells,
                "by_stage": by_stage, "models": models, "train_minutes": {k: r.get("minutes") for k, r in runs.items()},
                "train_steps": {k: r.get("steps") for k, r in runs.items()},
