@@ -337,8 +337,8 @@ def remove_tree(uri: str) -> None:
 def list_dirs(uri: str) -> list[str]:
     """Names of the folders (or common prefixes) directly under uri; [] if there is none."""
     fs, root = resolve(uri)
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    try:  # an endpoint refusing for a while is retried, not read as "no folders"
+        infos = retried(uri, lambda: fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)))
     except OSError:
         return []
     return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)

@@ -17,18 +17,26 @@ from pathlib import Path
 
 from pipelines.errors import UserError
 from pipelines.learn.checkpoint import LearnerState, model_fingerprint, read_state
-from pipelines.storage import exists, is_s3, list_dirs, resolve
+from pipelines.storage import exists, first_line, is_s3, list_dirs, resolve, retried
 
 INDEX = "checkpoint_manager_snapshot.json"  # Ray Train's index of the run's checkpoints, in OUT/learner/
 
 
 def _read_text(uri: str) -> str | None:
+    """The object's text, None when it does not exist. An S3 endpoint that refuses for a while is
+    retried (storage.retried), never taken for "no such object": a resume would miss its checkpoint."""
     fs, path = resolve(uri)
-    try:
+
+    def read() -> str:
         with fs.open_input_stream(path) as f:
             return f.read().decode()
-    except (FileNotFoundError, OSError):
+
+    try:
+        return retried(uri, read)
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        raise UserError(f"'{uri}': unreadable ({first_line(e)})") from None
 
 
 def latest_state(out: str, model_dir: str) -> LearnerState | None:
@@ -49,10 +57,11 @@ def latest_state(out: str, model_dir: str) -> LearnerState | None:
 def newest_checkpoint(out: str) -> str | None:
     """The folder (under OUT/learner) of the run's newest checkpoint: the one Ray Train's index names.
     Ray Train rewrites that index in place after each checkpoint, so a kill at that moment leaves it
-    empty or cut: then the newest complete checkpoint folder stands in (what the index would name,
-    or the one before it). None when the run has neither."""
-    present, name = _read_index(out)
-    return name if name or not present else newest_complete(out)
+    empty or cut, and its write to an s3:// OUT is not retried, so an outage can leave none: then
+    the newest complete checkpoint folder stands in (what the index would name, or the one before
+    it). None when the run has neither."""
+    _, name = _read_index(out)
+    return name or newest_complete(out)
 
 
 def _read_index(out: str) -> tuple[bool, str | None]:
@@ -87,15 +96,16 @@ def _complete_step(folder: str) -> int | None:
 
 
 def repair_index(out: str) -> str | None:
-    """Before a run starts in OUT: a torn index (see newest_checkpoint) is removed, since Ray Train
-    would fail to read it, and the URI of the checkpoint that stands in for it is returned for the
-    learner to start from; None when the index is whole or absent."""
+    """Before a run starts in OUT: when the index is torn or missing (see newest_checkpoint), the URI
+    of the checkpoint that stands in for it, for the learner to start from (a torn index is removed:
+    Ray Train would fail to read it); None when the index is whole, or OUT holds no checkpoint."""
     present, name = _read_index(out)
-    if not present or name:
+    if name:
         return None
     stand_in = newest_complete(out)
-    fs, path = resolve(f"{out}/learner/{INDEX}")
-    fs.delete_file(path)
+    if present:
+        fs, path = resolve(f"{out}/learner/{INDEX}")
+        fs.delete_file(path)
     return f"{out}/learner/{stand_in}" if stand_in else None
 
 

@@ -63,16 +63,16 @@ class Tripwire:
     """A TCP proxy in front of `server`'s S3 port that starts its outages at chosen requests: when
     a PUT or POST writes the nth distinct object key matching `key` (Ray Train's upload of a
     checkpoint's learner.pt, say) and `outages` has n, so the fault lands inside that write
-    however the run is timed. That connection is dropped and the server stopped, started again
-    after outages[n] seconds (None: it stays down); every other request passes through (refused
-    while the server is down). A run reaches S3 through `endpoint`."""
+    however the run is timed. That connection is dropped and every connection refused for
+    outages[n] seconds (None: until `restore`): the endpoint down for exactly that long, whatever
+    a loaded machine's server restart would take. A run reaches S3 through `endpoint`."""
 
     def __init__(self, server, key: bytes, outages: dict[int, float | None]):
         self.server, self.outages = server, outages
         self._write = re.compile(rb"(?:PUT|POST) /(\S*?" + key + rb")[ ?]")
         self.keys: list[str] = []  # the matching keys written, in order
         self.tripped: list[int] = []  # the n of each outage started
-        self.back: threading.Thread | None = None  # the restart of the newest outage
+        self._down_until = 0.0  # time.monotonic() until which connections are refused
         self._lock = threading.Lock()
         self._listen = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listen.getsockname()[1]}"
@@ -80,6 +80,11 @@ class Tripwire:
 
     def close(self) -> None:
         self._listen.close()
+
+    def restore(self) -> None:
+        """The endpoint answers again (the end of a lasting outage)."""
+        with self._lock:
+            self._down_until = 0.0
 
     def _accept(self) -> None:
         while True:
@@ -90,11 +95,12 @@ class Tripwire:
             threading.Thread(target=self._forward, args=(client,), daemon=True).start()
 
     def _forward(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(("127.0.0.1", self.server.s3_port))
-        except OSError:  # the server is down: refused, as the endpoint itself would
+        with self._lock:
+            down = time.monotonic() < self._down_until
+        if down:  # refused, as a stopped endpoint would
             client.close()
             return
+        upstream = socket.create_connection(("127.0.0.1", self.server.s3_port))
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
         seen = b""
         while data := _recv(client):
@@ -116,10 +122,8 @@ class Tripwire:
             if not new or n not in self.outages or n in self.tripped:
                 return False
             self.tripped.append(n)
-            if self.outages[n] is None:
-                self.server.stop()
-            else:
-                self.back = outage(self.server, self.outages[n])
+            seconds = self.outages[n]
+            self._down_until = time.monotonic() + (seconds if seconds is not None else float("inf"))
             return True
 
 

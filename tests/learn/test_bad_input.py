@@ -135,6 +135,8 @@ def test_resume_after_a_torn_index(run_copy, rl_run, tiny_model_dir):
     from pipelines.learn.runs import INDEX, latest_state
 
     newest = latest_checkpoint(run_copy)
+    (run_copy / "learner" / INDEX).unlink()  # never written (its write to an s3:// OUT is not retried)
+    assert latest_state(str(run_copy), str(tiny_model_dir)).step == 6
     (run_copy / "learner" / INDEX).write_text("")
     assert latest_state(str(run_copy), str(tiny_model_dir)).step == 6
     learner = (newest / "learner.pt").read_bytes()
