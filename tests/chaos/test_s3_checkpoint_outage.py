@@ -52,9 +52,11 @@ def test_a_checkpoint_upload_rides_out_a_short_outage_and_a_lasting_one_is_one_l
     assert rc == 2, err[-3000:]  # a UserError, not a crash
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"memagent: error: '{out}/") and "S3 endpoint unreachable after 6 attempts" in last, last
-    # the short outage: no restart, no step again; DOWN_AT's line is out unless the driver's own write
-    # of its curve point (before the line) met the lasting outage first
-    assert run.steps() in ([*range(1, DOWN_AT)], [*range(1, DOWN_AT + 1)]), err[-3000:]
+    # the short outage: no restart, no step again. The driver prints a step's line after writing its
+    # curve point, and on a loaded machine it lags the learner by a step or two, so the lasting
+    # outage (the learner's upload at DOWN_AT) can cut the printed steps short at SHORT_AT
+    steps = run.steps()
+    assert steps == [*range(1, len(steps) + 1)] and SHORT_AT <= len(steps) <= DOWN_AT, err[-3000:]
 
     tripwire.restore()
     stands = latest_state(out, str(tiny_model_dir))
