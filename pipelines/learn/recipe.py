@@ -81,8 +81,8 @@ def run_spec(cfg: Config, req: TrainRequest, checked: Checked, tasks: str, sft: 
     minutes = req.max_minutes or cfg.learn.max_minutes
     start = runs.repair_index(checked.out)
     if start is not None:
-        print(f"resuming from {start} (step {checked.prior.step}): Ray Train's checkpoint index was cut by a "
-              "stop while it was being written", file=logs.console(), flush=True)
+        print(f"resuming from {start} (step {checked.prior.step}): Ray Train's checkpoint index was cut or never "
+              "written (a stop or an S3 outage while it was being written)", file=logs.console(), flush=True)
     return RunSpec(checked.out, absolute_ref(cfg.model.path), checked.steps,
                    time.time() + 60 * minutes if minutes else None, sft, tasks, start_from=start)
 
