@@ -10,7 +10,7 @@ quickstart: setup
 	.venv/bin/memagent quickstart
 
 test: setup
-	.venv/bin/python -m pytest -q --durations=30 tests
+	.venv/bin/python -m pytest -q --durations=60 tests
 
 unit: setup  # the tests not marked slow (no vLLM engine, cluster or chaos fault)
 	.venv/bin/python -m pytest -q -m "not slow" tests

@@ -6,7 +6,7 @@ budget), at step DOWN_AT until the test restores it. The short outage costs noth
 with one line naming a URI in OUT; the previous checkpoint stays whole and, the endpoint back,
 `--resume` continues from it to the last step.
 
-AWS_MAX_ATTEMPTS=6 here (1 + 2 + 4 + 8 + 16 s of backoff): several times the short outage, and
+AWS_MAX_ATTEMPTS=5 here (1 + 2 + 4 + 8 s of backoff): three times the short outage, and
 the lasting outage gives up within a minute. (Stopping SeaweedFS itself made the short outage as
 long as its restart, over 30 s on a loaded CI machine.)"""
 
@@ -29,7 +29,7 @@ STEPS, SHORT_AT, DOWN_AT = 5, 2, 4
 def tripwire(flaky_s3, monkeypatch):
     """The run's S3 goes through a Tripwire (checkpoint uploads at SHORT_AT and DOWN_AT)."""
     wire = Tripwire(flaky_s3, rb"learner/checkpoint_[^/\s]+/learner\.pt", {SHORT_AT: OUTAGE_S, DOWN_AT: None})
-    for k, v in {**flaky_s3.env(), "AWS_ENDPOINT_URL": wire.endpoint, "AWS_MAX_ATTEMPTS": "6"}.items():
+    for k, v in {**flaky_s3.env(), "AWS_ENDPOINT_URL": wire.endpoint, "AWS_MAX_ATTEMPTS": "5"}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     yield wire
@@ -51,7 +51,7 @@ def test_a_checkpoint_upload_rides_out_a_short_outage_and_a_lasting_one_is_one_l
     assert tripwire.tripped == [SHORT_AT, DOWN_AT], err[-3000:]
     assert rc == 2, err[-3000:]  # a UserError, not a crash
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"memagent: error: '{out}/") and "S3 endpoint unreachable after 6 attempts" in last, last
+    assert last.startswith(f"memagent: error: '{out}/") and "S3 endpoint unreachable after 5 attempts" in last, last
     # the short outage: no restart, no step again. The driver prints a step's line after writing its
     # curve point, and on a loaded machine it lags the learner by a step or two, so the lasting
     # outage (the learner's upload at DOWN_AT) can cut the printed steps short at SHORT_AT
