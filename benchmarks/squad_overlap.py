@@ -14,7 +14,6 @@ Last line JSON: {"recall": {length: [mean %, lo, hi, n]}}.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -23,19 +22,13 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import finish  # noqa: E402
 
-STOP = frozenset("the a an of in on at to is was were what which who whom when where why how did does do for by "
-                 "with from and or as that this it its be are".split())
-
-
-def words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP}
-
 
 def best_sentence(question: str, document: str) -> str:
     from pipelines.ingest.builders.squad import sentence_bounds
+    from pipelines.learn.traces import content_words
 
-    q = words(question)
-    return max((document[a:b] for a, b in sentence_bounds(document)), key=lambda s: len(q & words(s)))
+    q = content_words(question)
+    return max((document[a:b] for a, b in sentence_bounds(document)), key=lambda s: len(q & content_words(s)))
 
 
 def main() -> None:

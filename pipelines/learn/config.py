@@ -128,6 +128,9 @@ class LearnConfig(Strict):
     sft_epochs: int = Field(1, gt=0)
     sft_batch: int = Field(32, gt=0)  # ~14K tokens of SmolLM2's short traces
     sft_heldout: float = Field(0.05, gt=0, lt=1)
+    # Before any evidence, the traces' memory keeps the most question-like sentence read so far
+    # instead of the initial memory (pipelines/learn/traces.py: Decoys): QA among distractors.
+    sft_decoys: bool = False
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.
     task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)

@@ -23,8 +23,9 @@ from pipelines.learn.packing import TrainSeq
 class TraceRows:
     """Task rows (an arrow batch) -> their SFT conversations, one row each (Ray Data map_batches)."""
 
-    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0):
-        """Batches leave out the rows of the held-back slice (`heldout` of them, by hash)."""
+    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, decoys: bool = False):
+        """Batches leave out the rows of the held-back slice (`heldout` of them, by hash); decoys:
+        learn.sft_decoys."""
         from transformers import AutoTokenizer
 
         from pipelines.agent.codec import ChatCodec
@@ -33,7 +34,7 @@ class TraceRows:
 
         self.codec = ChatCodec(AutoTokenizer.from_pretrained(model_dir))
         self.templates, self.limits, self.chunk = get_templates(agent.template), limits_of(agent), agent.chunk_size
-        self.heldout = heldout
+        self.heldout, self.decoys = heldout, decoys
         self.store = None
         if store_uri:
             from pipelines.data.store import ChunkStore
@@ -49,7 +50,8 @@ class TraceRows:
         """One record per conversation of the rows' traces."""
         from pipelines.learn.traces import iter_traces
 
-        return [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk)
+        return [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk,
+                                         self.decoys)
                 for rec in t.records()]
 
 
@@ -78,22 +80,24 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     files = ray.data.from_items([{"uri": u} for u in task_files(tasks)])
     return {"train": files.map_batches(
         trace_files, fn_kwargs={"model": model, "cfg": runtime.portable(cfg),
-                                "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout},
+                                "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout,
+                                "decoys": cfg.learn.sft_decoys},
         batch_format="pyarrow", batch_size=1, num_cpus=0.25)}
 
 
 @functools.lru_cache(maxsize=4)
-def _tracer(model_dir: str, agent, store: str | None, heldout: float) -> TraceRows:
-    return TraceRows(model_dir, agent, store, heldout)
+def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bool) -> TraceRows:
+    return TraceRows(model_dir, agent, store, heldout, decoys)
 
 
-def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
+def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float,
+                decoys: bool) -> Iterator[pa.Table]:
     """Each file's conversations, ROWS task rows at a time (memory stays bounded). cfg: its home
     absolute (the driver's, for nodes without MEMAGENT_HOME)."""
     from pipelines.data.tasks import read_task_rows
     from pipelines.models import config_model_dir
 
-    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout)
+    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, decoys)
     for uri in batch.column("uri").to_pylist():
         rows = read_task_rows(uri)
         while chunk := list(itertools.islice(rows, ROWS)):
@@ -108,7 +112,8 @@ def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
     if not rows:
         return []
-    return [seq_of(r) for r in TraceRows(model_dir, cfg.agent, store_uri(cfg)).records(rows)]
+    tracer = TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys)
+    return [seq_of(r) for r in tracer.records(rows)]
 
 
 def seq_of(row: dict) -> TrainSeq:
