@@ -200,3 +200,30 @@ def test_store_rows_trace_like_inline_rows(tmp_path, tokenizer, codec, home):
     stored = replace(row, doc_id="doc.txt", context=None)
     (trace,) = iter_traces([stored], ChunkStore(str(tmp_path / "s")), codec, TEMPLATES, LIMITS, 200)
     assert [t.text for t in trace.turns] == [t.text for t in run(row, codec, 200)[1]]
+
+
+def test_decoys_hold_the_most_question_like_sentence_until_the_evidence_replaces_it(codec):
+    """learn.sft_decoys: before the evidence, the memory is the sentence read so far sharing the most
+    words with the question (a sentence sharing more comes later and replaces it; one the chunk's
+    edge cut never counts); the evidence replaces it when read, and stays."""
+    filler = " ".join(f"Plain filler sentence number {i} says nothing here." for i in range(30))
+    weak = "The river festival happens every spring."
+    strong = "The river festival in Oslo was founded by sailors."
+    evidence = "The Oslo river festival was founded in 1921 by Karl Berg."
+    doc = " ".join([filler, weak, filler, strong, filler, evidence, filler])
+    row = TaskRow("d", "Who founded the Oslo river festival?", ["Karl Berg"], "one_of", None, doc,
+                  len(codec.encode(doc)), "squad", "train", (Evidence(evidence, len(codec.encode(doc[:doc.index(evidence)]))),))
+    chunks = list(task_chunks(row, None, codec, 128))
+    plain = [t.text for t in sft_trace(row, chunks, codec, TEMPLATES, LIMITS)[:-1]]
+    turns = sft_trace(row, chunks, codec, TEMPLATES, LIMITS, decoys=True)
+    memories = [t.text for t in turns[:-1]]
+    read = [codec.decode([i for c in chunks[:k + 1] for i in c]) for k in range(len(chunks))]
+    first = {s: next(k for k, r in enumerate(read) if s in r) for s in (weak, strong, evidence)}
+    assert first[weak] < first[strong] < first[evidence]
+    for k, memory in enumerate(memories):
+        want = (TEMPLATES.initial_memory if k < first[weak] else weak if k < first[strong]
+                else strong if k < first[evidence] else evidence)
+        assert memory == want, (k, memory)
+    # without decoys the same row's memory is the initial one until the evidence
+    assert plain[:first[evidence]] == [TEMPLATES.initial_memory] * first[evidence] and plain[-1] == evidence
+    assert turns[-1].text == "\\boxed{Karl Berg}"
