@@ -8,6 +8,11 @@ holding an answer), and a measure of how much harder longer documents make the c
 
     .venv/bin/python benchmarks/squad_overlap.py          # 1K and 4K n=200, 16K n=64 (a minute or two)
 
+With --evidence-rows OUT it also writes the 1K rows (the first length's) as task rows whose whole
+document is the sentence holding the answer: perfect selection, so `memagent eval --dataset OUT
+--tasks squad --lengths 1K` on them measures what a model does with the evidence in hand (the
+memory agent: one chunk, one memory write, the answer; truncation: the sentence read directly).
+
 Last line JSON: {"recall": {length: [mean %, lo, hi, n]}}.
 """
 
@@ -41,6 +46,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", default="1K:200,4K:200,16K:64", help="LENGTH:N pairs (the squad suite's cells)")
+    p.add_argument("--evidence-rows", help="write the first length's rows, each document cut to its answer's sentence")
     args = p.parse_args()
     tok = AutoTokenizer.from_pretrained(config_model_dir(load_config(None, [])))
     recall = {}
@@ -52,7 +58,33 @@ def main() -> None:
         recall[length] = [round(100 * m, 1), round(100 * lo, 1), round(100 * hi, 1), len(hits)]
         print(f"squad {length}: the most question-like sentence holds an answer in {recall[length][0]}% "
               f"[{recall[length][1]}, {recall[length][2]}] of {len(hits)} rows", flush=True)
+    if args.evidence_rows:
+        length, n = args.lengths.split(",")[0].split(":")
+        write_evidence_rows(built_rows("squad", parse_length(length), int(n), 0, tok), args.evidence_rows, tok)
     finish({"recall": recall})
+
+
+def answer_sentence(context: str, answers: list[str]) -> str:
+    """The sentences from the one where a gold answer first occurs to the one where it ends."""
+    from pipelines.ingest.builders.squad import sentence_bounds
+
+    i, gold = min((context.find(a), a) for a in answers if a in context)
+    bounds = sentence_bounds(context)
+    start = max(a for a, _ in bounds if a <= i)
+    return context[start:min(b for _, b in bounds if b >= i + len(gold))]
+
+
+def write_evidence_rows(rows, out: str, tok) -> None:
+    from dataclasses import replace
+
+    from pipelines.data.tasks import write_task_rows
+
+    cut = []
+    for r in rows:
+        text = answer_sentence(r.context, r.answers)
+        cut.append(replace(r, context=text, doc_tokens=len(tok.encode(text, add_special_tokens=False))))
+    write_task_rows(cut, out)
+    print(f"{len(cut)} rows, each document its answer's sentence: {out}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ agent that keeps exactly what answers the question:
   replaces it when read. Evidence-only traces taught SQuAD's agent to write nothing until it was
   sure, and to keep the first sentence it wrote: 2.0% em at 1K (n = 200), the answer in 2% of
   its final memories, and with the evidence sentence as the whole document it still wrote "No
-  previous memory" 76% of the time. Decoys teach a comparison instead: always hold the best
+  previous memory" in 55% of rows. Decoys teach a comparison instead: always hold the best
   candidate, replace it by a better one.
 
 With a gated template (agent.gates, pipelines.agent.gates) the same memories teach the two gates:
