@@ -80,8 +80,7 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
     files = ray.data.from_items([{"uri": u} for u in task_files(tasks)])
     return {"train": files.map_batches(
         trace_files, fn_kwargs={"model": model, "cfg": runtime.portable(cfg),
-                                "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout,
-                                "decoys": cfg.learn.sft_decoys},
+                                "store": store_uri(cfg), "heldout": cfg.learn.sft_heldout},
         batch_format="pyarrow", batch_size=1, num_cpus=0.25)}
 
 
@@ -90,14 +89,13 @@ def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bo
     return TraceRows(model_dir, agent, store, heldout, decoys)
 
 
-def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float,
-                decoys: bool) -> Iterator[pa.Table]:
+def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
     """Each file's conversations, ROWS task rows at a time (memory stays bounded). cfg: its home
     absolute (the driver's, for nodes without MEMAGENT_HOME)."""
     from pipelines.data.tasks import read_task_rows
     from pipelines.models import config_model_dir
 
-    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, decoys)
+    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, cfg.learn.sft_decoys)
     for uri in batch.column("uri").to_pylist():
         rows = read_task_rows(uri)
         while chunk := list(itertools.islice(rows, ROWS)):
