@@ -131,6 +131,10 @@ class LearnConfig(Strict):
     # Before any evidence, the traces' memory keeps the most question-like sentence read so far
     # instead of the initial memory (pipelines/learn/traces.py: Decoys): QA among distractors.
     sft_decoys: bool = False
+    # The share of copy turns (a memory turn writing what the turn before wrote) SFT trains on, by
+    # hash: with decoys, 40% of SQuAD's turns are copies and the model learned never to replace a
+    # memory (benchmarks/results/learning/squad). The held-back loss keeps every turn.
+    sft_copies: float = Field(1.0, gt=0, le=1)
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.
     task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)

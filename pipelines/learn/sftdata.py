@@ -8,7 +8,6 @@ hash of sample_id) is left out of it and scored by rank 0 to keep the best check
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -18,14 +17,16 @@ import ray
 
 from pipelines import runtime
 from pipelines.learn.packing import TrainSeq
+from pipelines.learn.traces import hashed_share
 
 
 class TraceRows:
     """Task rows (an arrow batch) -> their SFT conversations, one row each (Ray Data map_batches)."""
 
-    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, decoys: bool = False):
+    def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, decoys: bool = False,
+                 copies: float = 1.0):
         """Batches leave out the rows of the held-back slice (`heldout` of them, by hash); decoys:
-        learn.sft_decoys."""
+        learn.sft_decoys; copies: learn.sft_copies."""
         from transformers import AutoTokenizer
 
         from pipelines.agent.codec import ChatCodec
@@ -34,7 +35,7 @@ class TraceRows:
 
         self.codec = ChatCodec(AutoTokenizer.from_pretrained(model_dir))
         self.templates, self.limits, self.chunk = get_templates(agent.template), limits_of(agent), agent.chunk_size
-        self.heldout, self.decoys = heldout, decoys
+        self.heldout, self.decoys, self.copies = heldout, decoys, copies
         self.store = None
         if store_uri:
             from pipelines.data.store import ChunkStore
@@ -52,7 +53,7 @@ class TraceRows:
 
         return [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk,
                                          self.decoys)
-                for rec in t.records()]
+                for rec in t.records(self.copies)]
 
 
 ROWS = 16
@@ -62,7 +63,7 @@ TRACE_SCHEMA = pa.schema([("sample_id", pa.string()), ("turn", pa.int32()), ("pr
 
 def held_back(sample_id: str, fraction: float) -> bool:
     """A fixed slice of the train rows by hash of sample_id: the SFT's held-back loss set."""
-    return int(hashlib.sha1(sample_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+    return hashed_share(sample_id) < fraction
 
 
 def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
@@ -85,8 +86,8 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bool) -> TraceRows:
-    return TraceRows(model_dir, agent, store, heldout, decoys)
+def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bool, copies: float) -> TraceRows:
+    return TraceRows(model_dir, agent, store, heldout, decoys, copies)
 
 
 def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
@@ -95,7 +96,8 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
     from pipelines.data.tasks import read_task_rows
     from pipelines.models import config_model_dir
 
-    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, cfg.learn.sft_decoys)
+    tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, cfg.learn.sft_decoys,
+                     cfg.learn.sft_copies)
     for uri in batch.column("uri").to_pylist():
         rows = read_task_rows(uri)
         while chunk := list(itertools.islice(rows, ROWS)):

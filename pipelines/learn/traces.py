@@ -42,6 +42,7 @@ every machine.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -74,10 +75,22 @@ class Trace:
     sample_id: str
     turns: list[TraceTurn]
 
-    def records(self) -> list[dict]:
-        """One flat row per conversation (for a Ray Dataset)."""
+    def records(self, copies: float = 1.0) -> list[dict]:
+        """One flat row per conversation (for a Ray Dataset), with about `copies` of the copy turns
+        (learn.sft_copies): a memory turn that writes what the turn before wrote is kept when a hash
+        of (sample_id, turn) falls below `copies`, the same turns on every machine."""
         return [{"sample_id": self.sample_id, "turn": i, "prompt_ids": t.prompt_ids,
-                 "response_ids": t.response_ids, "is_final": t.is_final} for i, t in enumerate(self.turns)]
+                 "response_ids": t.response_ids, "is_final": t.is_final} for i, t in enumerate(self.turns)
+                if not self.copied(i) or hashed_share(f"{self.sample_id}/{i}") < copies]
+
+    def copied(self, i: int) -> bool:
+        """Whether memory turn i writes what the turn before it wrote."""
+        return i > 0 and not self.turns[i].is_final and self.turns[i].text == self.turns[i - 1].text
+
+
+def hashed_share(key: str) -> float:
+    """A number in [0, 1] fixed by key: picks a fixed share of rows or turns on every machine."""
+    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
 
 
 def select_memory(pieces: Sequence[str], room: int, count: Callable[[str], int], initial: str) -> str:

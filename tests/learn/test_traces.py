@@ -11,7 +11,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.errors import UserError
 from pipelines.data.tasks import Evidence, TaskRow, task_chunks
-from pipelines.learn.traces import EvidenceReader, iter_traces, select_memory, sft_trace
+from pipelines.learn.traces import EvidenceReader, Trace, hashed_share, iter_traces, select_memory, sft_trace
 from tests.support import built
 
 TEMPLATES = get_templates("release")
@@ -227,3 +227,19 @@ def test_decoys_hold_the_most_question_like_sentence_until_the_evidence_replaces
     # without decoys the same row's memory is the initial one until the evidence
     assert plain[:first[evidence]] == [TEMPLATES.initial_memory] * first[evidence] and plain[-1] == evidence
     assert turns[-1].text == "\\boxed{Karl Berg}"
+
+
+def test_copy_turns_are_thinned_by_hash_and_nothing_else_is(codec):
+    """learn.sft_copies: a memory turn writing what the turn before wrote is kept for a fixed share
+    of (sample_id, turn) hashes; first writes, replacements and the final turn always stay."""
+    row = built("niah_single", codec.tokenizer, n=1, seed=3)[0]
+    _, turns = run(row, codec, 64)
+    trace = Trace(row.sample_id, turns)
+    copies = [i for i in range(len(turns)) if trace.copied(i)]
+    others = [i for i in range(len(turns)) if not trace.copied(i)]
+    assert copies and others and turns[-1].is_final and len(others) >= 2
+    assert [r["turn"] for r in trace.records()] == list(range(len(turns)))
+    assert [r["turn"] for r in trace.records(1e-12)] == others
+    half = [r["turn"] for r in trace.records(0.5)]
+    assert half == [i for i in range(len(turns)) if i in others or hashed_share(f"{row.sample_id}/{i}") < 0.5]
+    assert half == [r["turn"] for r in trace.records(0.5)]  # the same turns every time
