@@ -167,7 +167,10 @@ def content_words(text: str) -> set[str]:
 
 class Decoys:
     """The most question-like whole sentence read so far (most content words shared with the
-    question; the earlier on a tie); sentences longer than the memory's room are passed over."""
+    question; the earlier on a tie); sentences longer than the memory's room are passed over.
+    A line break ends a sentence: a paragraph's first sentence comes without the document's header
+    line ("Document 3:"), which a memory that copies it would copy too (the first sentence of
+    Document 1 is also the chunk's start, and a model taught to copy one learns to copy the other)."""
 
     def __init__(self, question: str, codec: ChatCodec):
         self._question, self._codec = content_words(question), codec
@@ -178,7 +181,7 @@ class Decoys:
 
         text = self._codec.decode(chunk)
         for a, b in sentence_bounds(text):
-            sentence = text[a:b].strip()
+            sentence = text[a:b].strip().rsplit("\n", 1)[-1]
             if not (sentence[:1].isupper() and sentence.endswith((".", "?", "!"))):
                 continue  # a sentence the chunk's edge cut
             score = len(self._question & content_words(sentence))

@@ -205,12 +205,13 @@ def test_store_rows_trace_like_inline_rows(tmp_path, tokenizer, codec, home):
 def test_decoys_hold_the_most_question_like_sentence_until_the_evidence_replaces_it(codec):
     """learn.sft_decoys: before the evidence, the memory is the sentence read so far sharing the most
     words with the question (a sentence sharing more comes later and replaces it; one the chunk's
-    edge cut never counts); the evidence replaces it when read, and stays."""
+    edge cut never counts; a paragraph's first sentence without its document header); the evidence
+    replaces it when read, and stays."""
     filler = " ".join(f"Plain filler sentence number {i} says nothing here." for i in range(30))
     weak = "The river festival happens every spring."
     strong = "The river festival in Oslo was founded by sailors."
     evidence = "The Oslo river festival was founded in 1921 by Karl Berg."
-    doc = " ".join([filler, weak, filler, strong, filler, evidence, filler])
+    doc = " ".join([filler, f"\n\nDocument 2:\n{weak}", filler, strong, filler, evidence, filler])
     row = TaskRow("d", "Who founded the Oslo river festival?", ["Karl Berg"], "one_of", None, doc,
                   len(codec.encode(doc)), "squad", "train", (Evidence(evidence, len(codec.encode(doc[:doc.index(evidence)]))),))
     chunks = list(task_chunks(row, None, codec, 128))
