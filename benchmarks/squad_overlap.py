@@ -13,7 +13,13 @@ document is the sentence holding the answer: perfect selection, so `memagent eva
 --tasks squad --lengths 1K` on them measures what a model does with the evidence in hand (the
 memory agent: one chunk, one memory write, the answer; truncation: the sentence read directly).
 
-Last line JSON: {"recall": {length: [mean %, lo, hi, n]}}.
+With --memories CELL... it reads memory-agent cells of squad (their folders, as `memagent eval`
+writes them) and says where their final memories come from, against the same rows: the share
+holding an answer, sharing no content word with the question, being the document's most
+question-like sentence, and the chunk (of the cell's chunk size) each was read in. A model that
+learned the traces' choice keeps question-like sentences from any chunk.
+
+Last line JSON: {"recall": {length: [mean %, lo, hi, n]}, "memories": {cell: {what: % of rows}}}.
 """
 
 from __future__ import annotations
@@ -47,8 +53,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lengths", default="1K:200,4K:200,16K:64", help="LENGTH:N pairs (the squad suite's cells)")
     p.add_argument("--evidence-rows", help="write the first length's rows, each document cut to its answer's sentence")
+    p.add_argument("--memories", nargs="+", default=[], metavar="CELL",
+                   help="memory-agent cell folders of squad: where their final memories come from (no recall run)")
     args = p.parse_args()
     tok = AutoTokenizer.from_pretrained(config_model_dir(load_config(None, [])))
+    if args.memories:
+        finish({"memories": {cell: memory_origins(Path(cell), tok) for cell in args.memories}})
+        return
     recall = {}
     for item in args.lengths.split(","):
         length, n = item.split(":")
@@ -62,6 +73,44 @@ def main() -> None:
         length, n = args.lengths.split(",")[0].split(":")
         write_evidence_rows(built_rows("squad", parse_length(length), int(n), 0, tok), args.evidence_rows, tok)
     finish({"recall": recall})
+
+
+def memory_origins(cell: Path, tok) -> dict[str, float]:
+    """% of a memory-agent cell's rows whose final memory holds an answer, shares no content word
+    with the question, is the document's most question-like sentence, is the initial memory, is no
+    sentence of the document, or was read in chunk k; beside them, how often a sentence drawn at
+    random from the document shares no content word with the question."""
+    import json
+    from collections import Counter
+
+    import pandas as pd
+
+    from pipelines.agent.reward import normalize_answer
+    from pipelines.eval.rows import built_rows
+    from pipelines.eval.stats import parse_length
+    from pipelines.ingest.builders.squad import sentence_bounds
+    from pipelines.learn.traces import content_words
+
+    (path,) = cell.glob("cells/squad/*/memagent.parquet")
+    df = pd.read_parquet(path)
+    chunk = json.loads((cell / "meta.json").read_text())["agent"]["chunk_size"]
+    rows = {r.sample_id: r for r in built_rows("squad", parse_length(df.length.iloc[0]), len(df), 0, tok)}
+    seen: Counter = Counter()
+    for sid, memories in zip(df.sample_id, df.memory):
+        row, memory = rows[sid], memories[-1].rsplit("\n", 1)[-1].strip()
+        seen["holds an answer"] += any(normalize_answer(a) in normalize_answer(memory) for a in row.answers)
+        seen["shares no content word with the question"] += not content_words(row.question) & content_words(memory)
+        seen["is the most question-like sentence"] += best_sentence(row.question, row.context).strip().endswith(memory)
+        at = row.context.find(memory[:60])
+        origin = ("initial memory" if memory.startswith("No previous memory") else "not from the document" if at < 0
+                  else f"read in chunk {len(tok.encode(row.context[:at], add_special_tokens=False)) // chunk + 1}")
+        seen[origin] += 1
+        sentences = [row.context[a:b] for a, b in sentence_bounds(row.context)]
+        seen["(a random sentence of the document shares no content word)"] += sum(
+            not content_words(row.question) & content_words(x) for x in sentences) / len(sentences)
+    shares = {k: round(100 * v / len(df), 1) for k, v in sorted(seen.items())}
+    print(f"{cell}: final memories (% of {len(df)} rows): {shares}", flush=True)
+    return shares
 
 
 def answer_sentence(context: str, answers: list[str]) -> str:
