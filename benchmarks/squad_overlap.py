@@ -86,6 +86,7 @@ def memory_origins(cell: Path, tok) -> dict[str, float]:
     import pandas as pd
 
     from pipelines.agent.reward import normalize_answer
+    from pipelines.agent.templates import get_templates
     from pipelines.eval.rows import built_rows
     from pipelines.eval.stats import parse_length
     from pipelines.ingest.builders.squad import sentence_bounds
@@ -93,21 +94,23 @@ def memory_origins(cell: Path, tok) -> dict[str, float]:
 
     (path,) = cell.glob("cells/squad/*/memagent.parquet")
     df = pd.read_parquet(path)
-    chunk = json.loads((cell / "meta.json").read_text())["agent"]["chunk_size"]
+    agent = json.loads((cell / "meta.json").read_text())["agent"]
+    initial = get_templates(agent["template"]).initial_memory
     rows = {r.sample_id: r for r in built_rows("squad", parse_length(df.length.iloc[0]), len(df), 0, tok)}
     seen: Counter = Counter()
     for sid, memories in zip(df.sample_id, df.memory):
         row, memory = rows[sid], memories[-1].rsplit("\n", 1)[-1].strip()
+        question = content_words(row.question)
         seen["holds an answer"] += any(normalize_answer(a) in normalize_answer(memory) for a in row.answers)
-        seen["shares no content word with the question"] += not content_words(row.question) & content_words(memory)
+        seen["shares no content word with the question"] += not question & content_words(memory)
         seen["is the most question-like sentence"] += best_sentence(row.question, row.context).strip().endswith(memory)
         at = row.context.find(memory[:60])
-        origin = ("initial memory" if memory.startswith("No previous memory") else "not from the document" if at < 0
-                  else f"read in chunk {len(tok.encode(row.context[:at], add_special_tokens=False)) // chunk + 1}")
+        origin = ("initial memory" if memory == initial.strip() else "not from the document" if at < 0 else
+                  f"read in chunk {len(tok.encode(row.context[:at], add_special_tokens=False)) // agent['chunk_size'] + 1}")
         seen[origin] += 1
         sentences = [row.context[a:b] for a, b in sentence_bounds(row.context)]
         seen["(a random sentence of the document shares no content word)"] += sum(
-            not content_words(row.question) & content_words(x) for x in sentences) / len(sentences)
+            not question & content_words(x) for x in sentences) / len(sentences)
     shares = {k: round(100 * v / len(df), 1) for k, v in sorted(seen.items())}
     print(f"{cell}: final memories (% of {len(df)} rows): {shares}", flush=True)
     return shares
