@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -135,6 +135,10 @@ class LearnConfig(Strict):
     # hash: with decoys, 40% of SQuAD's turns are copies and the model learned never to replace a
     # memory (benchmarks/results/learning/squad). The held-back loss keeps every turn.
     sft_copies: float = Field(1.0, gt=0, le=1)
+    # [N, W]: the first N tokens of each SFT response weigh W times the rest in the loss (and the
+    # held-back loss). A memory write's first tokens are where it chooses which sentence to keep;
+    # the rest copies it, and token-mean loss is mostly that copying. None: every token alike.
+    sft_lead: tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(gt=0)]] | None = None
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.
     task: str = "niah_single"  # or a comma list, e.g. "niah_single,niah_multikey" (rows interleaved)

@@ -75,6 +75,15 @@ def token_weights(num_tokens: Tensor, rollout_ids: Tensor | None, loss_agg: Loss
     return 1.0 / (n_rollouts * per_rollout[rollout].clamp(min=1.0))
 
 
+def lead_multipliers(n: int, lead: tuple[int, float] | None) -> list[float]:
+    """Per-token loss multipliers of a response of n tokens: its first lead[0] tokens weigh lead[1]
+    times the rest (learn.sft_lead); None: all 1."""
+    if lead is None:
+        return [1.0] * n
+    k, w = lead
+    return [float(w)] * min(k, n) + [1.0] * max(n - k, 0)
+
+
 def loss_weights(mask: Tensor, rollout_ids: Tensor | None, loss_agg: LossAgg) -> Tensor:
     """Per-token weights over the whole batch (sum 1). Compute them once on the full batch and
     slice them per micro-batch: the micro-batch losses then sum to the full-batch loss.

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from pipelines.errors import UserError
-from pipelines.learn.loss import LossAgg, token_weights
+from pipelines.learn.loss import LossAgg, lead_multipliers, token_weights
 
 
 @dataclass(frozen=True)
@@ -112,17 +112,20 @@ class Packed:
         return torch.ones_like(self.target_ids, dtype=torch.bool)
 
 
-def batch_weights(seqs: list[TrainSeq], loss_agg: LossAgg = "token_mean") -> Tensor:
-    """The per-token loss weight of each sequence, over the whole batch."""
-    n = torch.tensor([len(s.response_ids) for s in seqs], dtype=torch.double)
+def batch_weights(seqs: list[TrainSeq], loss_agg: LossAgg = "token_mean",
+                  lead: tuple[int, float] | None = None) -> Tensor:
+    """The per-token loss weight of each sequence, over the whole batch (a token of weight 1:
+    with `lead`, a response's first tokens weigh more, lead_multipliers)."""
+    n = torch.tensor([sum(lead_multipliers(len(s.response_ids), lead)) for s in seqs], dtype=torch.double)
     return token_weights(n, torch.tensor([s.rollout for s in seqs], dtype=torch.long), loss_agg)
 
 
 def pack(seqs: list[TrainSeq], indices: list[int], loss_agg: LossAgg = "token_mean",
-         seq_weights: Tensor | None = None) -> Packed:
+         seq_weights: Tensor | None = None, lead: tuple[int, float] | None = None) -> Packed:
     """Concatenate seqs[indices] into one row; weights count the whole of `seqs` (pass
-    seq_weights = batch_weights(seqs, loss_agg) to compute them once per batch)."""
-    w_seq = batch_weights(seqs, loss_agg) if seq_weights is None else seq_weights
+    seq_weights = batch_weights(seqs, loss_agg, lead) to compute them once per batch); lead:
+    learn.sft_lead (the first tokens of each response weigh more)."""
+    w_seq = batch_weights(seqs, loss_agg, lead) if seq_weights is None else seq_weights
     ids, pos, tpos, tids, sidx, old, adv, rid, w = [], [], [], [], [], [], [], [], []
     for i in indices:
         s = seqs[i]
@@ -139,7 +142,7 @@ def pack(seqs: list[TrainSeq], indices: list[int], loss_agg: LossAgg = "token_me
         old += s.old_logprobs if s.old_logprobs is not None else [0.0] * r
         adv += [s.advantage] * r
         rid += [s.rollout] * r
-        w += [float(w_seq[i])] * r
+        w += [float(w_seq[i]) * m for m in lead_multipliers(r, lead)]
     long = dict(dtype=torch.long)
     return Packed(torch.tensor([ids], **long), torch.tensor([pos], **long), torch.tensor(tpos, **long),
                   torch.tensor(tids, **long), torch.tensor(sidx, **long), torch.tensor(old, dtype=torch.float32),

@@ -19,6 +19,7 @@ that is stale, the policy lag too (the learner's weights are newer than the beha
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -166,12 +167,13 @@ class Policy:
         full-batch gradient. fresh[i]: batch[i] came from the current weights (for the gap)."""
         start = time.perf_counter()
         mine = list(range(len(batch))) if mine is None else mine
-        weights = batch_weights(batch, self.cfg.loss_agg)
+        lead = self.cfg.sft_lead if sft else None
+        weights = batch_weights(batch, self.cfg.loss_agg, lead)
         self.opt.zero_grad(set_to_none=True)
         tally, gap, gap_n, total = Tally(), 0.0, 0, 0.0
         for micro in self._passes(plan_micro_batches([len(batch[i]) for i in mine], self.cfg.token_budget)):
             packed = pack(batch, [mine[j] for j in micro] if micro is not None else [0], self.cfg.loss_agg,
-                          weights).to(self.device)
+                          weights, lead).to(self.device)
             logp = self._logprobs(self.model, packed, self.temperature)
             loss, metrics = self._loss(packed, logp, sft)
             if micro is None:  # an empty pass: the collectives of a forward and backward, no gradient
@@ -211,15 +213,30 @@ class Policy:
 
     @torch.no_grad()
     def eval_loss(self, seqs: list[TrainSeq]) -> float:
-        """Token-mean NLL of the responses (SFT's held-back slice)."""
-        weights = batch_weights(seqs, "token_mean")
+        """Token-mean NLL of the responses (SFT's held-back slice), weighted as SFT trains (learn.sft_lead)."""
+        lead = self.cfg.sft_lead
+        weights = batch_weights(seqs, "token_mean", lead)
         total = 0.0
         for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
-            packed = pack(seqs, micro, "token_mean", weights).to(self.device)
+            packed = pack(seqs, micro, "token_mean", weights, lead).to(self.device)
             logp = self._logprobs(self.model, packed, 1.0)
             loss, _ = sft_loss(logp, packed.mask, packed.weights)
             total += loss.item()
         return total
+
+    @torch.no_grad()
+    def lead_accuracy(self, seqs: list[TrainSeq], tokens: int) -> float:
+        """The share of seqs whose first `tokens` response tokens greedy decoding would write, teacher-
+        forced: each has probability above 1/2 (so it is the argmax). Of SFT's held-back memory writes,
+        how often the model starts the sentence the trace chose: the choice, which the loss barely sees."""
+        hits = 0
+        for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
+            packed = pack(seqs, micro).to(self.device)
+            logp = self._logprobs(self.model, packed, 1.0).float()
+            for i in micro:
+                lead = logp[packed.seq_index == i][:tokens]
+                hits += bool((lead > math.log(0.5)).all())
+        return hits / len(seqs) if seqs else float("nan")
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The full model's weights under the base model's names (LoRA merged), for an HF folder.

@@ -102,7 +102,7 @@ class Progress:
                                                               if isinstance(v, (int, float))})])
         save_history(self.out, self.history)
         on_step(step, self.steps, m, self.tracker)
-        self.last.update({k: v for k, v in m.items() if k.startswith("eval/") or k == "train/heldout_loss"})
+        self.last.update({k: v for k, v in m.items() if k.startswith("eval/") or k.startswith("train/heldout_")})
         if self.watch is not None:
             self.watch(step, m)
 
@@ -163,7 +163,7 @@ def log_curve(history: list, out: str, sft: bool, tracker) -> None:
 
 
 SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss", "train/loss"),
-        ("heldout", "train/heldout_loss"), ("kl", "train/kl"), ("clip", "train/clip_high"),
+        ("heldout", "train/heldout_loss"), ("choice", "train/heldout_choice"), ("kl", "train/kl"), ("clip", "train/clip_high"),
         ("resp", "rollout/response_tokens"), ("mem", "rollout/memory_tokens"), ("stale", "rollout/staleness"),
         ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
 

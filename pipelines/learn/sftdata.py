@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -49,11 +50,13 @@ class TraceRows:
 
     def records(self, rows: list) -> list[dict]:
         """One record per conversation of the rows' traces."""
+        return [rec for t in self.traces(rows) for rec in t.records(self.copies)]
+
+    def traces(self, rows: list) -> Iterator:
+        """The rows' traces, streamed."""
         from pipelines.learn.traces import iter_traces
 
-        return [rec for t in iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk,
-                                         self.decoys)
-                for rec in t.records(self.copies)]
+        return iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk, self.decoys)
 
 
 ROWS = 16
@@ -104,16 +107,26 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
             yield tracer.table(chunk)
 
 
-def heldout_seqs(tasks: str, model_dir: str, cfg) -> list[TrainSeq]:
+@dataclass(frozen=True)
+class Heldout:
+    """The held-back slice: every conversation (the held-back loss) and its memory writes, the
+    turns that write a memory other than the one they were given (the choice)."""
+
+    seqs: list[TrainSeq]
+    writes: list[TrainSeq]
+
+
+CHOICE_TOKENS = 4  # a write's first tokens that name the sentence it keeps (train/heldout_choice)
+
+
+def heldout_seqs(tasks: str, model_dir: str, cfg) -> Heldout:
     """The held-back slice's conversations (small: built in one process)."""
     from pipelines.data.tasks import read_task_rows
     from pipelines.data.config import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
-    if not rows:
-        return []
-    tracer = TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys)
-    return [seq_of(r) for r in tracer.records(rows)]
+    traces = list(TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows))
+    return Heldout([seq_of(r) for t in traces for r in t.records()], [seq_of(r) for t in traces for r in t.writes()])
 
 
 def seq_of(row: dict) -> TrainSeq:

@@ -83,6 +83,11 @@ class Trace:
                  "response_ids": t.response_ids, "is_final": t.is_final} for i, t in enumerate(self.turns)
                 if not self.copied(i) or hashed_share(f"{self.sample_id}/{i}") < copies]
 
+    def writes(self) -> list[dict]:
+        """The records of the memory turns that write something other than the turn before wrote (the
+        first turn, replacements): where the trace chooses what to keep."""
+        return [r for r in self.records() if not r["is_final"] and not self.copied(r["turn"])]
+
     def copied(self, i: int) -> bool:
         """Whether memory turn i writes what the turn before it wrote."""
         return i > 0 and not self.turns[i].is_final and self.turns[i].text == self.turns[i - 1].text

@@ -29,7 +29,7 @@ from pipelines.learn import checkpoint as ckpt
 from pipelines.learn.batch import rl_batch
 from pipelines.learn.config import LearnConfig
 from pipelines.learn.policy import Policy
-from pipelines.learn.sftdata import heldout_seqs, seq_of
+from pipelines.learn.sftdata import CHOICE_TOKENS, Heldout, heldout_seqs, seq_of
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
 from pipelines.rollout.source import Batch, Evaluation, RolloutSource
 from pipelines.storage import full_disk, no_space, staged_dir
@@ -301,7 +301,7 @@ def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: 
     from ray import train
 
     everyone = policy.sharded
-    heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 or everyone else []
+    heldout = heldout_seqs(run.tasks, run.model_dir, cfg) if rank == 0 or everyone else Heldout([], [])
     done = state.cursor.get("batches", 0)  # batches of the run consumed before a restart
     shard, seen, metrics = train.get_dataset_shard("train"), 0, None
     for epoch in range(cfg.learn.sft_epochs):
@@ -325,13 +325,15 @@ def sft_loop(cfg, run: RunSpec, policy: Policy, state: ckpt.LearnerState, rank: 
         report(cfg.learn, run, policy, state, metrics, rank, force_checkpoint=True)
 
 
-def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: list, metrics: dict,
+def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: Heldout, metrics: dict,
               rank: int = 0) -> None:
     """OUT/best: the model of lowest held-back loss so far; the latest one when no row is held back.
     Sharded, every rank calls it (the loss and the weights are collective); rank 0 writes."""
     loss = None
-    if heldout:
-        metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout)
+    if heldout.seqs:
+        metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout.seqs)
+    if heldout.writes:
+        metrics["train/heldout_choice"] = policy.lead_accuracy(heldout.writes, CHOICE_TOKENS)
     if loss is None or state.best_loss is None or loss < state.best_loss:
         state.best_loss = loss
         weights = policy.weights()

@@ -48,12 +48,14 @@ TRAIN_WEIGHT_PUSH_S = "train/weight_push_s"
 TRAIN_RATIO_MEAN = "train/ratio_mean"
 TRAIN_NLL = "train/nll"  # SFT
 TRAIN_HELDOUT_LOSS = "train/heldout_loss"  # SFT: token-mean NLL on the held-back slice
+TRAIN_HELDOUT_CHOICE = "train/heldout_choice"  # SFT: held-back memory writes whose start greedy would write
 TRAIN_LOGPROB_MISMATCH = "train/logprob_mismatch"  # |engine - learner| logprob, same weights and tokens
 TRAIN_STEP_S = "train/step_s"
 TRAIN_TIS_WEIGHT = "train/tis_weight"  # learn.tis_cap: mean truncated importance weight of the response tokens
 TRAIN_TIS_CLIPPED = "train/tis_clipped"  # learn.tis_cap: fraction of those tokens whose weight the cap cut
 TRAIN = (TRAIN_LOSS, TRAIN_KL, TRAIN_CLIP_LOW, TRAIN_CLIP_HIGH, TRAIN_LR, TRAIN_GRAD_NORM,
          TRAIN_TOKENS_PER_S, TRAIN_WEIGHT_PUSH_S, TRAIN_RATIO_MEAN, TRAIN_NLL, TRAIN_HELDOUT_LOSS,
+         TRAIN_HELDOUT_CHOICE,
          TRAIN_LOGPROB_MISMATCH, TRAIN_STEP_S, TRAIN_TIS_WEIGHT, TRAIN_TIS_CLIPPED)
 ROLLOUT_WAIT_S = "rollout/wait_s"  # the learner waiting for a batch
 # what `memagent train` logs each step
