@@ -8,7 +8,7 @@ import torch
 from pipelines.errors import UserError
 from pipelines.learn.forward import PACKED_ATTENTION, response_logprobs
 from pipelines.learn.loss import loss_weights, multi_conv_dapo_loss
-from pipelines.learn.packing import (TrainSeq, pack, padding_fraction, plan_micro_batches,
+from pipelines.learn.packing import (TrainSeq, batch_weights, pack, padding_fraction, plan_micro_batches,
                                      plan_padded_batches)
 
 VOCAB = 300
@@ -99,6 +99,17 @@ def test_pack_concatenates_and_targets_the_predicting_positions():
     # in this micro-batch), 1/(2 * 3) each; token_mean: 1/5 of the batch's 5 tokens
     assert p.weights.tolist() == pytest.approx([1 / 4, 1 / 4, 1 / 6])
     assert pack(seqs, [0, 1]).weights.tolist() == pytest.approx([0.2, 0.2, 0.2])
+
+
+def test_lead_tokens_weigh_more_and_the_batch_still_sums_to_one():
+    """learn.sft_lead [1, 3]: each response's first token weighs 3 times the rest; 5 tokens of which
+    3 lead make 3 * 3 + 2 = 11 units, so a lead token weighs 3/11 and any other 1/11."""
+    seqs = [TrainSeq([1], [3, 4], None, 1.0, 0), TrainSeq([5], [6], None, 1.0, 0),
+            TrainSeq([7], [9, 10], None, 1.0, 0)]
+    weights = batch_weights(seqs, "token_mean", (1, 3.0))
+    parts = [pack(seqs, idx, "token_mean", weights, (1, 3.0)).weights.tolist() for idx in ([0, 1], [2])]
+    assert parts == [pytest.approx([3 / 11, 1 / 11, 3 / 11]), pytest.approx([3 / 11, 1 / 11])]
+    assert pack(seqs, [2], lead=(5, 2.0)).weights.tolist() == pytest.approx([2 / 10, 2 / 10])
 
 
 def test_packed_logprobs_equal_each_sequence_alone(model):
