@@ -138,9 +138,6 @@ class LearnConfig(Strict):
     # [N, W]: the first N tokens of each SFT response weigh W times the rest in the loss (and the
     # held-back loss). A memory write's first tokens are where it chooses which sentence to keep;
     # the rest copies it, and token-mean loss is mostly that copying. None: every token alike.
-    # Each memory piece and decoy kept from its first word the question shares (whole when an answer
-    # comes before it): a write that opens on a question word and copies on (traces.anchored).
-    sft_anchor: bool = False
     sft_lead: tuple[Annotated[int, Field(gt=0)], Annotated[float, Field(gt=0)]] | None = None
     seed: int = 0
     # Without --tasks: a train split built on the fly (documents inline) from these.

@@ -25,9 +25,9 @@ class TraceRows:
     """Task rows (an arrow batch) -> their SFT conversations, one row each (Ray Data map_batches)."""
 
     def __init__(self, model_dir: str, agent, store_uri: str | None, heldout: float = 0.0, decoys: bool = False,
-                 copies: float = 1.0, anchor: bool = False):
+                 copies: float = 1.0):
         """Batches leave out the rows of the held-back slice (`heldout` of them, by hash); decoys:
-        learn.sft_decoys; copies: learn.sft_copies; anchor: learn.sft_anchor."""
+        learn.sft_decoys; copies: learn.sft_copies."""
         from transformers import AutoTokenizer
 
         from pipelines.agent.codec import ChatCodec
@@ -36,7 +36,7 @@ class TraceRows:
 
         self.codec = ChatCodec(AutoTokenizer.from_pretrained(model_dir))
         self.templates, self.limits, self.chunk = get_templates(agent.template), limits_of(agent), agent.chunk_size
-        self.heldout, self.decoys, self.copies, self.anchor = heldout, decoys, copies, anchor
+        self.heldout, self.decoys, self.copies = heldout, decoys, copies
         self.store = None
         if store_uri:
             from pipelines.data.store import ChunkStore
@@ -56,8 +56,7 @@ class TraceRows:
         """The rows' traces, streamed."""
         from pipelines.learn.traces import iter_traces
 
-        return iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk, self.decoys,
-                           self.anchor)
+        return iter_traces(rows, self.store, self.codec, self.templates, self.limits, self.chunk, self.decoys)
 
 
 ROWS = 16
@@ -90,9 +89,8 @@ def sft_datasets(tasks: str, model: str, cfg) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bool, copies: float,
-            anchor: bool) -> TraceRows:
-    return TraceRows(model_dir, agent, store, heldout, decoys, copies, anchor)
+def _tracer(model_dir: str, agent, store: str | None, heldout: float, decoys: bool, copies: float) -> TraceRows:
+    return TraceRows(model_dir, agent, store, heldout, decoys, copies)
 
 
 def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: float) -> Iterator[pa.Table]:
@@ -102,7 +100,7 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
     from pipelines.models import config_model_dir
 
     tracer = _tracer(str(config_model_dir(cfg, model)), cfg.agent, store, heldout, cfg.learn.sft_decoys,
-                     cfg.learn.sft_copies, cfg.learn.sft_anchor)
+                     cfg.learn.sft_copies)
     for uri in batch.column("uri").to_pylist():
         rows = read_task_rows(uri)
         while chunk := list(itertools.islice(rows, ROWS)):
@@ -127,8 +125,7 @@ def heldout_seqs(tasks: str, model_dir: str, cfg) -> Heldout:
     from pipelines.data.config import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
-    tracer = TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys, anchor=cfg.learn.sft_anchor)
-    traces = list(tracer.traces(rows))
+    traces = list(TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows))
     return Heldout([seq_of(r) for t in traces for r in t.records()], [seq_of(r) for t in traces for r in t.writes()])
 
 

@@ -170,19 +170,6 @@ def content_words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS}
 
 
-def anchored(text: str, question: str, answers: Sequence[str]) -> str:
-    """text from its first word the question shares (learn.sft_anchor), or whole when it shares none
-    or an answer starts before that word. A write that opens on a question word and copies on from
-    there is what a small transformer does well (find the word, copy what follows); a write that
-    opens on a sentence's first word must point back to it from wherever the sentence matches."""
-    q = content_words(question)
-    first = next((m.start() for m in re.finditer(r"[A-Za-z0-9]+", text) if m.group().lower() in q), None)
-    low = text.lower()
-    if first is None or any(0 <= low.find(a.lower()) < first for a in answers if a.strip()):
-        return text
-    return text[first:]
-
-
 class Decoys:
     """The most question-like whole sentence read so far (most content words shared with the
     question; the earlier on a tie); sentences longer than the memory's room are passed over.
@@ -230,9 +217,8 @@ def _response(codec: ChatCodec, text: str, eos: int, budget: int, what: str) -> 
 
 
 def sft_trace(row: TaskRow, chunks: Iterable[list[int]], codec: ChatCodec, templates: TemplateSet,
-              limits: LoopLimits, decoys: bool = False, anchor: bool = False) -> list[TraceTurn]:
-    """The row's scripted conversations, one per turn (memory turns, then the final turn); anchor:
-    each piece and decoy kept from its first question word on (`anchored`)."""
+              limits: LoopLimits, decoys: bool = False) -> list[TraceTurn]:
+    """The row's scripted conversations, one per turn (memory turns, then the final turn)."""
     pieces, answer = require_evidence(row), f"\\boxed{{{gold_answer(row)}}}"
     eos = codec.tokenizer.eos_token_id
     if eos is None:
@@ -252,9 +238,8 @@ def sft_trace(row: TaskRow, chunks: Iterable[list[int]], codec: ChatCodec, templ
                 reader.finish(whole=loop.progress.exit_chunk is None)
                 resp = _response(codec, answer, eos, req.max_tokens, "the boxed answer")
             else:
-                keep = (lambda t: anchored(t, row.question, row.answers)) if anchor else (lambda t: t)  # noqa: E731
-                initial = keep(decoy.best) if decoy is not None and decoy.best else templates.initial_memory
-                memory = select_memory([keep(p) for p in reader.seen], req.max_tokens - 1 - marker, count, initial)
+                initial = decoy.best if decoy is not None and decoy.best else templates.initial_memory
+                memory = select_memory(reader.seen, req.max_tokens - 1 - marker, count, initial)
                 if templates.gated:
                     memory = gated_text(memory, loop.memory, reader.complete(row.answers, row.answer_kind))
                 # a kept turn ends at its marker, no EOS: what an engine returns when it stops there
@@ -285,8 +270,8 @@ def gated_text(memory: str, previous: str, complete: bool) -> str:
 
 
 def iter_traces(rows: Iterable[TaskRow], store: ChunkStore | None, codec: ChatCodec, templates: TemplateSet,
-                limits: LoopLimits, chunk_size: int, decoys: bool = False, anchor: bool = False) -> Iterator[Trace]:
+                limits: LoopLimits, chunk_size: int, decoys: bool = False) -> Iterator[Trace]:
     """Traces of many rows, streamed: one document in memory at a time."""
     for row in rows:
         yield Trace(row.sample_id, sft_trace(row, task_chunks(row, store, codec, chunk_size), codec, templates,
-                                             limits, decoys, anchor))
+                                             limits, decoys))

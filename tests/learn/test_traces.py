@@ -11,7 +11,7 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.agent.loop import AgentLoop, LoopLimits
 from pipelines.errors import UserError
 from pipelines.data.tasks import Evidence, TaskRow, task_chunks
-from pipelines.learn.traces import EvidenceReader, Trace, anchored, hashed_share, iter_traces, select_memory, sft_trace
+from pipelines.learn.traces import EvidenceReader, Trace, hashed_share, iter_traces, select_memory, sft_trace
 from tests.support import built
 
 TEMPLATES = get_templates("release")
@@ -246,13 +246,3 @@ def test_copy_turns_are_thinned_by_hash_and_nothing_else_is(codec):
     assert half == [r["turn"] for r in trace.records(0.5)]  # the same turns every time
     # the held-back choice metric's turns: every memory turn but the copies, never the final one
     assert [r["turn"] for r in trace.writes()] == others[:-1]
-
-
-def test_anchored_memory_opens_on_the_first_question_word_unless_the_answer_comes_before_it():
-    """learn.sft_anchor: a sentence kept from the first word it shares with the question (stop words
-    do not count); whole when it shares none or an answer starts before that word."""
-    q = "Who defined the Turing machine?"
-    s = "Most influential was the definition of Turing machines by Alan Turing in 1936."
-    assert anchored(s, q, ["Alan Turing"]) == "Turing machines by Alan Turing in 1936."
-    assert anchored(s, q, ["Most influential"]) == s  # the answer comes first: kept whole
-    assert anchored("The sky is blue.", q, ["x"]) == "The sky is blue."  # no question word
