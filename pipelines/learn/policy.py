@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from collections.abc import Collection
 from typing import Literal
 
 import torch
@@ -212,31 +213,23 @@ class Policy:
                                     behaviour_logprobs=packed.old_logprobs, tis_cap=c.tis_cap)
 
     @torch.no_grad()
-    def eval_loss(self, seqs: list[TrainSeq]) -> float:
-        """Token-mean NLL of the responses (SFT's held-back slice), weighted as SFT trains (learn.sft_lead)."""
-        lead = self.cfg.sft_lead
+    def eval_sft(self, seqs: list[TrainSeq], choices: Collection[int] = (), tokens: int = 0) -> tuple[float, float]:
+        """SFT's held-back scores, in one pass: the token-mean NLL of the responses, weighted as SFT
+        trains (learn.sft_lead); and the share of seqs[choices] whose first `tokens` response tokens
+        greedy decoding would write, teacher-forced (each above probability 1/2, so the argmax): of the
+        memory writes, how often the model starts the sentence the trace chose, the choice that the
+        loss barely sees (nan without choices)."""
+        lead, wanted = self.cfg.sft_lead, set(choices)
         weights = batch_weights(seqs, "token_mean", lead)
-        total = 0.0
+        total, hits = 0.0, 0
         for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
             packed = pack(seqs, micro, "token_mean", weights, lead).to(self.device)
             logp = self._logprobs(self.model, packed, 1.0)
             loss, _ = sft_loss(logp, packed.mask, packed.weights)
             total += loss.item()
-        return total
-
-    @torch.no_grad()
-    def lead_accuracy(self, seqs: list[TrainSeq], tokens: int) -> float:
-        """The share of seqs whose first `tokens` response tokens greedy decoding would write, teacher-
-        forced: each has probability above 1/2 (so it is the argmax). Of SFT's held-back memory writes,
-        how often the model starts the sentence the trace chose: the choice, which the loss barely sees."""
-        hits = 0
-        for micro in plan_micro_batches([len(s) for s in seqs], self.cfg.token_budget):
-            packed = pack(seqs, micro).to(self.device)
-            logp = self._logprobs(self.model, packed, 1.0).float()
-            for i in micro:
-                lead = logp[packed.seq_index == i][:tokens]
-                hits += bool((lead > math.log(0.5)).all())
-        return hits / len(seqs) if seqs else float("nan")
+            for i in wanted.intersection(micro):
+                hits += bool((logp[packed.seq_index == i][:tokens].float() > math.log(0.5)).all())
+        return total, hits / len(wanted) if wanted else float("nan")
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The full model's weights under the base model's names (LoRA merged), for an HF folder.

@@ -163,9 +163,9 @@ def log_curve(history: list, out: str, sft: bool, tracker) -> None:
 
 
 SHOW = (("reward", "rollout/reward_mean"), ("acc", "rollout/accuracy"), ("loss", "train/loss"),
-        ("heldout", "train/heldout_loss"), ("choice", "train/heldout_choice"), ("kl", "train/kl"), ("clip", "train/clip_high"),
-        ("resp", "rollout/response_tokens"), ("mem", "rollout/memory_tokens"), ("stale", "rollout/staleness"),
-        ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
+        ("heldout", "train/heldout_loss"), ("choice", "train/heldout_choice"), ("kl", "train/kl"),
+        ("clip", "train/clip_high"), ("resp", "rollout/response_tokens"), ("mem", "rollout/memory_tokens"),
+        ("stale", "rollout/staleness"), ("tok/s", "train/tokens_per_s"), ("push_s", "train/weight_push_s"))
 
 
 def shown_evals(metrics: dict) -> str:

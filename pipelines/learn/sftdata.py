@@ -109,11 +109,11 @@ def trace_files(batch: pa.Table, model: str, cfg, store: str | None, heldout: fl
 
 @dataclass(frozen=True)
 class Heldout:
-    """The held-back slice: every conversation (the held-back loss) and its memory writes, the
-    turns that write a memory other than the one they were given (the choice)."""
+    """The held-back slice: every conversation (the held-back loss), and which of them are memory
+    writes that choose (Trace.chooses: train/heldout_choice)."""
 
     seqs: list[TrainSeq]
-    writes: list[TrainSeq]
+    choices: list[int]  # indices into seqs
 
 
 CHOICE_TOKENS = 4  # a write's first tokens that name the sentence it keeps (train/heldout_choice)
@@ -125,8 +125,14 @@ def heldout_seqs(tasks: str, model_dir: str, cfg) -> Heldout:
     from pipelines.data.config import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
-    traces = list(TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows))
-    return Heldout([seq_of(r) for t in traces for r in t.records()], [seq_of(r) for t in traces for r in t.writes()])
+    if not rows:
+        return Heldout([], [])
+    seqs, choices = [], []
+    for t in TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows):
+        for r in t.records():
+            choices += [len(seqs)] if t.chooses(r["turn"]) else []
+            seqs.append(seq_of(r))
+    return Heldout(seqs, choices)
 
 
 def seq_of(row: dict) -> TrainSeq:

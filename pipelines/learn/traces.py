@@ -83,10 +83,10 @@ class Trace:
                  "response_ids": t.response_ids, "is_final": t.is_final} for i, t in enumerate(self.turns)
                 if not self.copied(i) or hashed_share(f"{self.sample_id}/{i}") < copies]
 
-    def writes(self) -> list[dict]:
-        """The records of the memory turns that write something other than the turn before wrote (the
+    def chooses(self, i: int) -> bool:
+        """Whether turn i is a memory turn that writes something other than the turn before wrote (the
         first turn, replacements): where the trace chooses what to keep."""
-        return [r for r in self.records() if not r["is_final"] and not self.copied(r["turn"])]
+        return not self.turns[i].is_final and not self.copied(i)
 
     def copied(self, i: int) -> bool:
         """Whether memory turn i writes what the turn before it wrote."""

@@ -331,9 +331,10 @@ def keep_best(run: RunSpec, policy: Policy, state: ckpt.LearnerState, heldout: H
     Sharded, every rank calls it (the loss and the weights are collective); rank 0 writes."""
     loss = None
     if heldout.seqs:
-        metrics["train/heldout_loss"] = loss = policy.eval_loss(heldout.seqs)
-    if heldout.writes:
-        metrics["train/heldout_choice"] = policy.lead_accuracy(heldout.writes, CHOICE_TOKENS)
+        loss, choice = policy.eval_sft(heldout.seqs, heldout.choices, CHOICE_TOKENS)
+        metrics["train/heldout_loss"] = loss
+        if heldout.choices:
+            metrics["train/heldout_choice"] = choice
     if loss is None or state.best_loss is None or loss < state.best_loss:
         state.best_loss = loss
         weights = policy.weights()

@@ -120,7 +120,7 @@ def test_policy_step_on_cuda(model_dir, options):
     m = check_step(policy, batch)
     assert m["tokens"] == sum(len(s.response_ids) for s in batch)
     sft = policy.step(batch[:2], sft=True)
-    held = policy.eval_loss(batch[2:4])
+    held, _ = policy.eval_sft(batch[2:4])
     assert math.isfinite(sft["loss"]) and math.isfinite(held) and held > 0
     print(f"{options or 'autocast'}: step {m['step_s']:.2f} s, {m['seq_tokens'] / m['step_s']:.0f} tokens/s, "
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")

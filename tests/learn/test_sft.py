@@ -32,7 +32,7 @@ def test_sft_on_a_constant_answer_learns_to_box_it(tmp_path, tiny_model_dir, tok
 
     policy = Policy(str(tiny_model_dir), LearnConfig(lr=1e-2, token_budget=2048, seed=0, **TINY_LEARN))
     boxed = [seq_of(t) for t in finals]
-    assert policy.lead_accuracy(boxed, 4) == 0.0  # a random model is sure of no token
+    assert policy.eval_sft(boxed, range(len(boxed)), 4)[1] == 0.0  # a random model is sure of no token
     losses = []
     for _ in range(60):  # ~30 steps at this learning rate; stops as soon as the answer is learnt
         losses.append(policy.step(batch, sft=True)["loss"])
@@ -41,7 +41,7 @@ def test_sft_on_a_constant_answer_learns_to_box_it(tmp_path, tiny_model_dir, tok
     assert all(math.isfinite(x) for x in losses)
     print(f"SFT: {len(losses)} steps, loss {losses[0]:.3g} -> {losses[-1]:.3g}")
     assert losses[-1] < losses[0] / 10, losses
-    assert policy.lead_accuracy(boxed, 4) == 1.0  # greedy writes the answer's first tokens, teacher-forced
+    assert policy.eval_sft(boxed, range(len(boxed)), 4)[1] == 1.0  # greedy writes the answer's first tokens, teacher-forced
 
     model_dir = save_hf_folder(policy.model, str(tiny_model_dir), tmp_path / "sft")
     engine = HFEngine(str(model_dir), "float32")
@@ -61,8 +61,8 @@ def test_sft_at_the_default_rate_lowers_the_heldout_loss(tiny_model_dir, tokeniz
     learn = LearnConfig(freeze_layers=0).for_mode(sft=True)
     assert learn.lr == LearnConfig().sft.lr and learn.warmup_steps == LearnConfig().warmup_steps
     policy = Policy(str(tiny_model_dir), learn)
-    before = policy.eval_loss(heldout)
+    before, _ = policy.eval_sft(heldout)
     for _ in range(12):
         policy.step(train, sft=True)
-    after = policy.eval_loss(heldout)
+    after, _ = policy.eval_sft(heldout)
     assert math.isfinite(after) and after < before - 0.05, (before, after)

@@ -245,4 +245,4 @@ def test_copy_turns_are_thinned_by_hash_and_nothing_else_is(codec):
     assert half == [i for i in range(len(turns)) if i in others or hashed_share(f"{row.sample_id}/{i}") < 0.5]
     assert half == [r["turn"] for r in trace.records(0.5)]  # the same turns every time
     # the held-back choice metric's turns: every memory turn but the copies, never the final one
-    assert [r["turn"] for r in trace.writes()] == others[:-1]
+    assert [i for i in range(len(turns)) if trace.chooses(i)] == others[:-1]
