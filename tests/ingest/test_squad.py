@@ -11,7 +11,8 @@ import pytest
 from pipelines.errors import UserError
 from pipelines.ingest.builders import common
 from pipelines.ingest.builders.build import BuildRequest, inline_rows, sample_stream
-from pipelines.ingest.builders.squad import Squad, evidence_span, load_questions, sentence_bounds
+from pipelines.ingest.builders.squad import (Squad, SquadSynth, evidence_span, load_questions, sentence_bounds,
+                                            synth_questions_of)
 from tests.ingest.test_builders import assert_at_offsets
 
 LENGTHS = (512, 2048, 8192, 16384)
@@ -104,3 +105,46 @@ def test_training_lengths_draw_their_own_questions_and_eval_lengths_share_theirs
 
     assert len(set(ids("train", 512)) & set(ids("train", 1024))) < 10  # 256 rows a length: ~3x the questions
     assert ids("eval", 1024) == ids("eval", 16384)  # a question's 1x and 16x cells pair
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[\w'-]+", text))
+
+
+def test_synth_questions_ask_for_each_span_in_the_sentences_own_words():
+    sentence = "The Normans conquered England in 1066 after the Battle of Hastings."
+    made = list(synth_questions_of(sentence, common.rng_for("t")))
+    # numbers and names, not the capitalised opening word
+    assert [sentence[a:b] for _, (a, b) in made] == ["Normans", "England", "1066", "Battle of Hastings"]
+    for question, (a, b) in made:
+        wh, _, rest = question.rstrip("?").partition(" ")
+        asked = rest.split()
+        assert wh == ("When" if sentence[a:b] == "1066" else "What")
+        assert 3 <= len(asked) <= 6 and set(asked) <= words(sentence) and sentence[a:b] not in rest
+        assert [w for w in sentence.replace(".", "").split() if w in asked] == asked  # in the sentence's order
+    assert made == list(synth_questions_of(sentence, common.rng_for("t")))  # deterministic for its generator
+    assert not list(synth_questions_of("It rained there all day long.", common.rng_for("t")))  # nothing to ask for
+    assert not list(synth_questions_of("In 1990 it rained.", common.rng_for("t")))  # too few other words
+    (question, (a, b)), = synth_questions_of("About 300 soldiers guarded the northern bridge.", common.rng_for("t"))
+    assert question.startswith("How many ") and "About 300 soldiers guarded"[a:b] == "300"
+    (question, (a, b)), = synth_questions_of("It was named after Harvard's first donor, a young minister.",
+                                             common.rng_for("t"))
+    assert "Harvard" not in question  # a possessive is the answer's word too
+
+
+def test_squad_synth_rows_train_only_evidence_holds_the_answer_and_the_questions_words(count, tokenizer):
+    synth = SquadSynth(count)
+    rows = list(synth.samples("train", 1024, 6, seed=0))
+    assert len({s.question for _, s in rows}) == 6
+    for _, s in rows:
+        (piece,) = s.evidence
+        (answer,) = s.answers
+        assert answer in piece.text and set(s.question.rstrip("?").split()[1:]) <= words(piece.text) | {"many"}
+        assert_at_offsets(s.text, s.evidence, tokenizer)
+    assert {q.article for q in synth.candidates("train", 0)} <= set(synth.split_articles("train"))
+    assert [s.text for _, s in synth.samples("train", 1024, 6, seed=0)] == [s.text for _, s in rows]
+    with pytest.raises(UserError, match="^task squad_synth: synthetic questions are for training only"):
+        synth.candidates("eval", 0)
+    req = BuildRequest(task="squad_synth", lengths="1K", n=2, out="", store="", split="train")
+    assert all(r.task == "squad_synth" and r.sample_id.startswith("squad_synth/train/1024/") and r.evidence
+               for r in inline_rows(req, 1024, count))

@@ -1,3 +1,3 @@
 """Offline task builders: HotpotQA and SQuAD long documents, and RULER-style synthetic tasks."""
 
-TASKS = ("hotpotqa", "squad", "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "fwe")
+TASKS = ("hotpotqa", "squad", "squad_synth", "niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "fwe")

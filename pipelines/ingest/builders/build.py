@@ -52,10 +52,11 @@ def sample_stream(req: BuildRequest, target: int, count) -> Iterator[tuple[str, 
         from pipelines.ingest.builders.hotpotqa import HotpotQA
 
         yield from HotpotQA(count).samples(req.split, target, req.n, req.seed)
-    elif req.task == "squad":
-        from pipelines.ingest.builders.squad import Squad
+    elif req.task in ("squad", "squad_synth"):
+        from pipelines.ingest.builders.squad import Squad, SquadSynth
 
-        yield from Squad(count).samples(req.split, target, req.n, req.seed)
+        builder = Squad if req.task == "squad" else SquadSynth
+        yield from builder(count).samples(req.split, target, req.n, req.seed)
     else:
         from pipelines.ingest.builders.ruler import Ruler, ruler_samples
 
@@ -72,7 +73,7 @@ def inline_rows(req: BuildRequest, target: int, count) -> Iterator[TaskRow]:
 def tag(req: BuildRequest) -> str:
     from pipelines.ingest.builders.ruler import variant
 
-    if req.task in ("hotpotqa", "squad"):
+    if req.task in ("hotpotqa", "squad", "squad_synth"):
         return req.task
     return f"{req.task}/{variant(req.task, req.haystack, req.values)}"
 

@@ -9,11 +9,16 @@ Train and eval are split by article (a fixed hash of the title, 1 in EVAL_EVERY 
 eval), and each split draws its distractors from its own articles only: no paragraph of an eval
 article appears in any training document. Evidence: the sentence(s) of the question's paragraph
 that hold the first gold answer's span, found by a simple regex splitter (no nltk data here).
+
+`squad_synth` (SquadSynth, training only): the same documents around synthetic questions, one per
+number or name of each sentence of the train split (~12,200 against squad's 4,442), for SFT that
+needs more distinct questions than SQuAD has.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -92,6 +97,8 @@ def load_questions() -> tuple[list[Question], dict[str, list[str]]]:
 
 
 class Squad:
+    name = "squad"
+
     def __init__(self, count: Count):
         self.raw = count
         self.count = functools.lru_cache(maxsize=1 << 12)(count)  # paragraphs, counted once each
@@ -151,4 +158,70 @@ class Squad:
                 yield q.qid, s
                 if made == n:
                     return
-        raise UserError(f"--n {n}: only {made} squad {split} questions fit in {target} tokens")
+        raise UserError(f"--n {n}: only {made} {self.name} {split} questions fit in {target} tokens")
+
+
+# A synthetic question's answer: a number (a year asks "When", any other "How many"), or a run of
+# capitalised words that does not open the sentence ("What").
+_NUMBER = re.compile(r"\b\d[\d,.]*\d\b|\b\d\b")
+_NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+(?:of\s+|the\s+)?[A-Z][\w'-]*)*")
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+MIN_WORDS, MAX_WORDS = 3, 6  # the sentence's content words a synthetic question takes
+# Capitalised inside a sentence without being a name (after a colon, a quote or a bracket).
+_OPENERS = frozenset("such there these those they he she his her their however also but if while after".split())
+
+
+def synth_questions_of(sentence: str, rng) -> Iterator[tuple[str, tuple[int, int]]]:
+    """Questions on SENTENCE, one per answer span (its numbers and names), each with the span's
+    [start, end) in it: 3-6 of the sentence's other content words (rng's pick), in order, behind a
+    question word ("When Normans conquered England?" for "The Normans conquered England in 1066.").
+    A span that leaves fewer than MIN_WORDS other content words asks nothing. The words a question shares with its
+    sentence are what a memory must match, as in SQuAD's questions."""
+    from pipelines.learn.traces import STOP_WORDS
+
+    opening = _WORD.match(sentence)  # capitalised for being first: names start after it
+    names = [m.span() for m in _NAME.finditer(sentence, opening.end() if opening else 0)
+             if len(m.group(0)) > 1 and m.group(0).lower() not in STOP_WORDS | _OPENERS]
+    for a, b in sorted([m.span() for m in _NUMBER.finditer(sentence)] + names):
+        answer = {_stem(w) for w in _WORD.findall(sentence[a:b])}
+        words = [w for m in _WORD.finditer(sentence) if not a <= m.start() < b and
+                 (w := m.group(0)).lower() not in STOP_WORDS and _stem(w) not in answer]
+        if len(words) < MIN_WORDS:
+            continue
+        keep = sorted(rng.sample(range(len(words)), rng.randint(MIN_WORDS, min(MAX_WORDS, len(words)))))
+        text = sentence[a:b]
+        wh = "When" if text.isdigit() and len(text) == 4 else "How many" if _NUMBER.fullmatch(text) else "What"
+        yield f"{wh} {' '.join(words[i] for i in keep)}?", (a, b)
+
+
+def _stem(word: str) -> str:
+    return word.lower().split("'")[0]
+
+
+class SquadSynth(Squad):
+    """`squad_synth`: synthetic questions on the same paragraphs (synth_questions_of each sentence), in
+    documents built as squad's. Training only: SFT on ~1,500 real questions
+    memorizes each question's sentence (benchmarks/sft_choice.py), and these give as many distinct
+    questions as the split has sentences, each teaching the same rule (keep the sentence that shares
+    the question's words)."""
+
+    name = "squad_synth"
+
+    def candidates(self, split: str, seed: int, target: int = 0) -> list[Question]:
+        if split != "train":
+            raise UserError("task squad_synth: synthetic questions are for training only (--split train); "
+                            "score on squad")
+        out = [q for title in self.split_articles(split) for q in synth_questions(title, self.articles[title])]
+        rng_for(self.name, split, seed, target).shuffle(out)
+        return out
+
+
+def synth_questions(title: str, paragraphs: list[str]) -> Iterator[Question]:
+    """An article's synthetic questions: every sentence's (synth_questions_of)."""
+    tag = hashlib.sha1(title.encode()).hexdigest()[:8]
+    for i, paragraph in enumerate(paragraphs):
+        for j, (a, b) in enumerate(sentence_bounds(paragraph)):
+            made = synth_questions_of(paragraph[a:b], rng_for("squad_synth", title, i, j))
+            for k, (question, (x, y)) in enumerate(made):
+                yield Question(f"synth-{tag}-{i}-{j}-{k}", question, [paragraph[a + x:a + y]], title, paragraph,
+                               (a + x, a + y))
