@@ -3,7 +3,8 @@
 The choice metric (SFT's `train/heldout_choice`, `Policy.eval_sft`): of the memory writes that
 change the memory, the share whose first CHOICE_TOKENS tokens greedy decoding would write,
 teacher-forced. Scored for each model on the first --rows training rows (traces it was trained
-on) and on the held-back slice (rows no training saw, `learn.sft_heldout` by hash): a model that
+on) and on the held-back slice (rows no training saw, `learn.sft_heldout` by hash; --heldout-tasks
+another task's, e.g. real questions for a model trained on synthetic ones): a model that
 learned the rule scores alike on both; one that memorized which sentence each training question
 keeps scores far higher on its own rows. CPU, a minute or two a model.
 
@@ -25,19 +26,6 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import finish  # noqa: E402
 
 
-def writes(rows: list, model: str, cfg):
-    """The rows' trace conversations and the indices of their choosing writes."""
-    from pipelines.data.config import store_uri
-    from pipelines.learn.sftdata import Heldout, TraceRows, seq_of
-
-    seqs, choices = [], []
-    for t in TraceRows(model, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows):
-        for r in t.records():
-            choices += [len(seqs)] if t.chooses(r["turn"]) else []
-            seqs.append(seq_of(r))
-    return Heldout(seqs, choices)
-
-
 def choice(policy, slice_) -> list:
     """[%, lo, hi, n] of the slice's choosing writes (Wilson's 95% interval)."""
     from pipelines.eval.stats import mean_ci
@@ -52,6 +40,8 @@ def choice(policy, slice_) -> list:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", required=True, help="the training task rows (a folder of parquet)")
+    p.add_argument("--heldout-tasks", help="task rows whose held-back slice is scored (default: --tasks), e.g. the "
+                   "real questions' for a model trained on squad_synth")
     p.add_argument("--models", nargs="+", required=True, help="HF model folders to score")
     p.add_argument("--config", default="configs/sft-smollm2-squad.yaml", help="the recipe they were trained with")
     p.add_argument("--rows", type=int, default=70, help="training rows scored (the first, in file order)")
@@ -62,7 +52,7 @@ def main() -> None:
     from pipelines.config import load_config
     from pipelines.data.tasks import read_task_rows
     from pipelines.learn.policy import Policy
-    from pipelines.learn.sftdata import held_back, heldout_seqs
+    from pipelines.learn.sftdata import held_back, heldout_seqs, scored_seqs
 
     cfg = load_config(args.config)
     train_rows = [r for r in read_task_rows(args.tasks) if not held_back(r.sample_id, cfg.learn.sft_heldout)]
@@ -70,8 +60,8 @@ def main() -> None:
     for model in args.models:
         policy = Policy(model, cfg.learn.for_mode(True))
         with torch.no_grad():
-            out[model] = {"train": choice(policy, writes(train_rows[:args.rows], model, cfg)),
-                          "heldout": choice(policy, heldout_seqs(args.tasks, model, cfg))}
+            out[model] = {"train": choice(policy, scored_seqs(train_rows[:args.rows], model, cfg)),
+                          "heldout": choice(policy, heldout_seqs(args.heldout_tasks or args.tasks, model, cfg))}
         print(f"{model}: choice % [95%] (n) on its training rows {out[model]['train']}, "
               f"held back {out[model]['heldout']}", flush=True)
     finish({"choice": out})

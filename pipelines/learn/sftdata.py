@@ -122,11 +122,16 @@ CHOICE_TOKENS = 4  # a write's first tokens that name the sentence it keeps (tra
 def heldout_seqs(tasks: str, model_dir: str, cfg) -> Heldout:
     """The held-back slice's conversations (small: built in one process)."""
     from pipelines.data.tasks import read_task_rows
-    from pipelines.data.config import store_uri
 
     rows = [r for r in read_task_rows(tasks) if held_back(r.sample_id, cfg.learn.sft_heldout)]
-    if not rows:
-        return Heldout([], [])
+    return scored_seqs(rows, model_dir, cfg) if rows else Heldout([], [])
+
+
+def scored_seqs(rows: list, model_dir: str, cfg) -> Heldout:
+    """Every conversation of the rows' traces (all turns: no learn.sft_copies thinning), and which
+    of them are memory writes that choose."""
+    from pipelines.data.config import store_uri
+
     seqs, choices = [], []
     for t in TraceRows(model_dir, cfg.agent, store_uri(cfg), decoys=cfg.learn.sft_decoys).traces(rows):
         for r in t.records():
