@@ -35,8 +35,7 @@ from benchmarks.common import finish  # noqa: E402
 
 
 def best_sentence(question: str, document: str) -> str:
-    from pipelines.ingest.builders.squad import sentence_bounds
-    from pipelines.learn.traces import content_words
+    from pipelines.ingest.builders.squad import content_words, sentence_bounds
 
     q = content_words(question)
     return max((document[a:b] for a, b in sentence_bounds(document)), key=lambda s: len(q & content_words(s)))
@@ -89,8 +88,7 @@ def memory_origins(cell: Path, tok) -> dict[str, float]:
     from pipelines.agent.templates import get_templates
     from pipelines.eval.rows import built_rows
     from pipelines.eval.stats import parse_length
-    from pipelines.ingest.builders.squad import sentence_bounds
-    from pipelines.learn.traces import content_words
+    from pipelines.ingest.builders.squad import content_words, sentence_bounds
 
     (path,) = cell.glob("cells/squad/*/memagent.parquet")
     df = pd.read_parquet(path)

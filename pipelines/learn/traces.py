@@ -43,7 +43,6 @@ every machine.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -58,8 +57,6 @@ from pipelines.data.tasks import Evidence, TaskRow, require_evidence, task_chunk
 
 SLACK = 2  # tokens a piece's recorded span may be off (BPE merges across its edges)
 SEP = "\n"
-STOP_WORDS = frozenset("the a an of in on at to is was were what which who whom when where why how did does do for "
-                       "by with from and or as that this it its be are".split())
 
 
 @dataclass(frozen=True)
@@ -165,11 +162,6 @@ class EvidenceReader:
                             f"near token {p.offset} (rows built with another tokenizer?)")
 
 
-def content_words(text: str) -> set[str]:
-    """The lower-cased words of text, stop words left out: what a question and a sentence share."""
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS}
-
-
 class Decoys:
     """The most question-like whole sentence read so far (most content words shared with the
     question; the earlier on a tie); sentences longer than the memory's room are passed over.
@@ -178,11 +170,13 @@ class Decoys:
     Document 1 is also the chunk's start, and a model taught to copy one learns to copy the other)."""
 
     def __init__(self, question: str, codec: ChatCodec):
+        from pipelines.ingest.builders.squad import content_words
+
         self._question, self._codec = content_words(question), codec
         self.best, self._score = None, 0
 
     def read(self, chunk: list[int], room: int) -> None:
-        from pipelines.ingest.builders.squad import sentence_bounds
+        from pipelines.ingest.builders.squad import content_words, sentence_bounds
 
         text = self._codec.decode(chunk)
         for a, b in sentence_bounds(text):

@@ -48,6 +48,17 @@ class Question:
     span: tuple[int, int]  # the first gold answer's characters in the paragraph
 
 
+# Words a question shares with any sentence: left out of what they share (content_words).
+# Left out of the words a question and a sentence share (the decoy traces, synthetic questions).
+STOP_WORDS = frozenset("the a an of in on at to is was were what which who whom when where why how did does do for "
+                       "by with from and or as that this it its be are".split())
+
+
+def content_words(text: str) -> set[str]:
+    """The lower-cased words of text, stop words left out: what a question and a sentence share."""
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP_WORDS}
+
+
 def render(paragraphs: list[str]) -> str:
     return SEP.join(f"Document {i}:\n{p}" for i, p in enumerate(paragraphs, 1))
 
@@ -177,8 +188,6 @@ def synth_questions_of(sentence: str, rng) -> Iterator[tuple[str, tuple[int, int
     question word ("When Normans conquered England?" for "The Normans conquered England in 1066.").
     A span that leaves fewer than MIN_WORDS other content words asks nothing. The words a question shares with its
     sentence are what a memory must match, as in SQuAD's questions."""
-    from pipelines.learn.traces import STOP_WORDS
-
     opening = _WORD.match(sentence)  # capitalised for being first: names start after it
     names = [m.span() for m in _NAME.finditer(sentence, opening.end() if opening else 0)
              if len(m.group(0)) > 1 and m.group(0).lower() not in STOP_WORDS | _OPENERS]
