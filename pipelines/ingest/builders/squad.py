@@ -48,7 +48,6 @@ class Question:
     span: tuple[int, int]  # the first gold answer's characters in the paragraph
 
 
-# Words a question shares with any sentence: left out of what they share (content_words).
 # Left out of the words a question and a sentence share (the decoy traces, synthetic questions).
 STOP_WORDS = frozenset("the a an of in on at to is was were what which who whom when where why how did does do for "
                        "by with from and or as that this it its be are".split())
@@ -186,8 +185,8 @@ def synth_questions_of(sentence: str, rng) -> Iterator[tuple[str, tuple[int, int
     """Questions on SENTENCE, one per answer span (its numbers and names), each with the span's
     [start, end) in it: 3-6 of the sentence's other content words (rng's pick), in order, behind a
     question word ("When Normans conquered England?" for "The Normans conquered England in 1066.").
-    A span that leaves fewer than MIN_WORDS other content words asks nothing. The words a question shares with its
-    sentence are what a memory must match, as in SQuAD's questions."""
+    A span that leaves fewer than MIN_WORDS other content words asks nothing. The words a question
+    shares with its sentence are what a memory must match, as in SQuAD's questions."""
     opening = _WORD.match(sentence)  # capitalised for being first: names start after it
     names = [m.span() for m in _NAME.finditer(sentence, opening.end() if opening else 0)
              if len(m.group(0)) > 1 and m.group(0).lower() not in STOP_WORDS | _OPENERS]
@@ -209,10 +208,9 @@ def _stem(word: str) -> str:
 
 class SquadSynth(Squad):
     """`squad_synth`: synthetic questions on the same paragraphs (synth_questions_of each sentence), in
-    documents built as squad's. Training only: SFT on ~1,500 real questions
-    memorizes each question's sentence (benchmarks/sft_choice.py), and these give as many distinct
-    questions as the split has sentences, each teaching the same rule (keep the sentence that shares
-    the question's words)."""
+    documents built as squad's. Training only: SFT on ~1,500 real questions memorizes each one's
+    sentence (benchmarks/sft_choice.py); these give about three questions a sentence, each teaching
+    the same rule (keep the sentence that shares the question's words)."""
 
     name = "squad_synth"
 
