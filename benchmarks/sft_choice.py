@@ -17,6 +17,7 @@ Last line JSON: {"choice": {model: {"train": [%, lo, hi, n], "heldout": [%, lo, 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -55,12 +56,13 @@ def main() -> None:
     from pipelines.learn.sftdata import held_back, heldout_seqs, scored_seqs
 
     cfg = load_config(args.config)
-    train_rows = [r for r in read_task_rows(args.tasks) if not held_back(r.sample_id, cfg.learn.sft_heldout)]
+    rows = (r for r in read_task_rows(args.tasks) if not held_back(r.sample_id, cfg.learn.sft_heldout))
+    train_rows = list(itertools.islice(rows, args.rows))  # streamed: the rest never read
     out = {}
     for model in args.models:
         policy = Policy(model, cfg.learn.for_mode(True))
         with torch.no_grad():
-            out[model] = {"train": choice(policy, scored_seqs(train_rows[:args.rows], model, cfg)),
+            out[model] = {"train": choice(policy, scored_seqs(train_rows, model, cfg)),
                           "heldout": choice(policy, heldout_seqs(args.heldout_tasks or args.tasks, model, cfg))}
         print(f"{model}: choice % [95%] (n) on its training rows {out[model]['train']}, "
               f"held back {out[model]['heldout']}", flush=True)
