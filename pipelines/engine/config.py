@@ -17,6 +17,9 @@ class EngineConfig(Strict):
     enforce_eager: bool = True
     # CPU build: KV-cache size in GiB (VLLM_CPU_KVCACHE_SPACE). GPU build: memory fraction.
     cpu_kvcache_gib: int = 2
+    # KV-cache block in tokens; prefix caching reuses whole blocks only. None: 32 on the CPU build
+    # (vLLM's 128 caches little of a memory turn), vLLM's 16 on GPU.
+    block_size: int | None = Field(None, gt=0)
     # CPU build: cores kept for vLLM's scheduler process; None: 0 up to 4 cores, else 1.
     cpu_reserved_cores: int | None = Field(None, ge=0)
     # CPU build: the cores the engine's threads run on, e.g. "0" or "0-3" (VLLM_CPU_OMP_THREADS_BIND);

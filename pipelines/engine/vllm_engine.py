@@ -41,6 +41,19 @@ def reserved_cores(cfg: EngineConfig) -> int:
     return 0 if (os.cpu_count() or 1) <= 4 else 1
 
 
+# The CPU build's default KV block is 128 tokens, and prefix caching reuses whole blocks only: a
+# memory turn's prompt shares its instructions, question and (unchanged) memory with the document's
+# previous turn, but at 128 tokens the block that holds their end also holds the new chunk's start.
+# With 32 tokens, rounds of 32 memory turns on 16K niah rows (benchmarks/results/gates/README.md):
+# gated template 24.6 -> 15.5 s, release 18.1 -> 17.3 s.
+CPU_BLOCK_SIZE = 32
+
+
+def block_size(cfg: EngineConfig, cpu: bool) -> int | None:
+    """The KV block size the engine asks for; None: vLLM's own (16 on GPU)."""
+    return cfg.block_size if cfg.block_size is not None else (CPU_BLOCK_SIZE if cpu else None)
+
+
 class VLLMEngine:
     def __init__(self, model_dir: str, cfg: EngineConfig, version: int = 0):
         cpu = is_cpu_build()
@@ -62,6 +75,7 @@ class VLLMEngine:
             # Logprobs of the distribution sampled from (after temperature and top_p), not
             # vLLM's default raw ones: the learner's importance ratio divides by them.
             logprobs_mode="processed_logprobs",
+            **({} if (block := block_size(cfg, cpu)) is None else {"block_size": block}),
             **({} if cpu else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         )
         self.llm = AsyncLLM.from_engine_args(args)
