@@ -87,10 +87,12 @@ def train_arms(stage: str, work: Path, tasks: str, steps: int, minutes: float | 
 
 def plan(stages: list[str], lengths: list[str], n: int) -> list[Cells]:
     """One `memagent eval` per model and length: a record's seconds are its length's own only when the
-    engine holds no rows of another length (one eval over 4K and 16K runs them side by side). Shorter
-    lengths first, the gated arm first at each."""
-    return [Cells(model_name(s, arm), "memagent", length, n) for length in lengths for s in stages
-            for arm in ("gated", "ungated")]
+    engine holds no rows of another length (one eval over 4K and 16K runs them side by side). Lengths
+    in the order given; which arm runs first alternates from one length to the next (the machine's
+    pace drifts over an hour: results/gates/README.md), the gated arm first at the first."""
+    arms = ("gated", "ungated")
+    return [Cells(model_name(s, arm), "memagent", length, n) for i, length in enumerate(lengths) for s in stages
+            for arm in (arms if i % 2 == 0 else arms[::-1])]
 
 
 def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
