@@ -44,8 +44,8 @@ def reserved_cores(cfg: EngineConfig) -> int:
 # The CPU build's default KV block is 128 tokens, and prefix caching reuses whole blocks only: a
 # memory turn's prompt shares its instructions, question and (unchanged) memory with the document's
 # previous turn, but at 128 tokens the block that holds their end also holds the new chunk's start.
-# With 32 tokens, rounds of 32 memory turns on 16K niah rows (benchmarks/results/gates/README.md):
-# gated template 24.6 -> 15.5 s, release 18.1 -> 17.3 s.
+# With 32 tokens, 15 rounds of 32 memory turns on 16K niah rows (benchmarks/turn_cost.py): gated
+# template 34.97 -> 24.96 s, release 27.04 -> 22.32 s (benchmarks/results/gates/README.md).
 CPU_BLOCK_SIZE = 32
 
 
