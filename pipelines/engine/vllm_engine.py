@@ -125,8 +125,11 @@ class VLLMEngine:
                     ids = []
 
     async def load_weights(self, path: str, version: int) -> None:
-        """Swap weights in place between steps; in-flight requests keep going."""
+        """Swap weights in place between steps; in-flight requests keep going. The prefix cache holds
+        KV computed by the old weights: it is dropped, and in-flight requests recompute theirs (vLLM
+        preempts and resumes them), so no prompt is read through stale KV."""
         await self.llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+        await self.llm.reset_prefix_cache(reset_running_requests=True)
         self.version = version
 
     async def close(self) -> None:
