@@ -75,7 +75,7 @@ class VLLMEngine:
             # Logprobs of the distribution sampled from (after temperature and top_p), not
             # vLLM's default raw ones: the learner's importance ratio divides by them.
             logprobs_mode="processed_logprobs",
-            **({} if (block := block_size(cfg, cpu)) is None else {"block_size": block}),
+            block_size=block_size(cfg, cpu),  # None: vLLM's own
             **({} if cpu else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         )
         self.llm = AsyncLLM.from_engine_args(args)
