@@ -1,5 +1,5 @@
 """Gated memory's speed and accuracy (issue #36): the same recipe trained with the gates
-(`agent.gates=true agent.template=gated`: [KEEP] a chunk that adds nothing, [EXIT] once the memory
+(`agent.gates=true agent.template=gated`: an empty reply keeps a chunk that adds nothing, [EXIT] once the memory
 answers) and without, from the same rows, then both scored on the same held-out rows at 4x and
 16x the training length by the memory agent on the same engine (learning.py's EVAL: vLLM,
 max_model_len 4096, greedy, 32 documents in flight).

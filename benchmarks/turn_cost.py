@@ -4,7 +4,8 @@ niah_single document with the initial memory: the release template, the gated on
 one cut to one token (the floor of a kept turn), in turn, the order reversed every other round so
 drift hits them alike; one engine per block size, ratios against the release template at vLLM's
 own block in the same run. The model sets what the turns write (the ungated SFT model writes the
-4-token "No previous memory" under either template, as long as a [KEEP]).
+4-token "No previous memory" under either template, as long as the old `[KEEP]` marker was).
+The one-token turn is what a keep costs now (an empty reply, ended by its first token).
 
     .venv/bin/python benchmarks/turn_cost.py --model .memagent/bench/gates/sft/best   # ~4 min on 2 cores
 
@@ -29,17 +30,16 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import finish  # noqa: E402
 
 # (name, template, whether the turn may run to the memory budget): "gated, 1 token" stops every turn
-# after its first token, the prefill alone: the floor of what a kept turn could cost with a
-# one-token marker ([KEEP] is four tokens to SmolLM2: "[", "KE", "EP", "]").
+# after its first token, the prefill alone: what a kept turn (an empty reply) costs.
 VARIANTS = (("release", "release", True), ("gated", "gated", True), ("gated, 1 token", "gated", False))
 
 
-async def one_round(engine, prompts: list[list[dict]], stop: tuple[str, ...], budget: int) -> tuple[float, float]:
+async def one_round(engine, prompts: list[list[dict]], budget: int) -> tuple[float, float]:
     """Seconds for every prompt of one round in flight at once, and the mean tokens generated."""
     from pipelines.engine.base import GenRequest, Sampling
 
     start = time.perf_counter()
-    out = await asyncio.gather(*(engine.generate(GenRequest(Sampling(max_tokens=budget, stop=stop), messages=m))
+    out = await asyncio.gather(*(engine.generate(GenRequest(Sampling(max_tokens=budget), messages=m))
                                  for m in prompts))
     return time.perf_counter() - start, sum(len(o.token_ids) for o in out) / len(out)
 
@@ -53,7 +53,6 @@ def prompts_at(template, rows, ids, tok, k: int, chunk: int) -> list[list[dict]]
 async def measure(model: str, block: int, rows, ids, tok, args) -> dict:
     """One engine at BLOCK: ROUNDS rounds of each variant, in turn (the order reversed every other
     round); {variant: (seconds, tokens/turn)}."""
-    from pipelines.agent.gates import KEEP
     from pipelines.agent.templates import get_templates
     from pipelines.engine.config import EngineConfig
     from pipelines.engine.vllm_engine import VLLMEngine
@@ -62,14 +61,13 @@ async def measure(model: str, block: int, rows, ids, tok, args) -> dict:
     try:
         names = [v[0] for v in VARIANTS]
         seconds, tokens = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
-        await one_round(engine, prompts_at(get_templates("release"), rows, ids, tok, 0, args.chunk), (), 1)  # warm-up
+        await one_round(engine, prompts_at(get_templates("release"), rows, ids, tok, 0, args.chunk), 1)  # warm-up
         chunks = len(ids[0]) // args.chunk
         for i in range(args.rounds):
             for j, (name, template, full) in enumerate(VARIANTS if i % 2 == 0 else VARIANTS[::-1]):
                 k = 1 + (len(VARIANTS) * i + j) % (chunks - 1)  # each round a chunk not yet cached
                 t = get_templates(template)
-                s, g = await one_round(engine, prompts_at(t, rows, ids, tok, k, args.chunk), (KEEP,) if t.gated else (),
-                                       args.budget if full else 1)
+                s, g = await one_round(engine, prompts_at(t, rows, ids, tok, k, args.chunk), args.budget if full else 1)
                 seconds[name] += s
                 tokens[name] += g / args.rounds
         return {name: (round(seconds[name], 2), round(tokens[name], 2)) for name in names}

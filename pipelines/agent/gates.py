@@ -4,17 +4,19 @@ Most chunks of a long document change nothing, and once the memory answers the q
 rest of the document changes nothing either (InfMem, GRU-Mem: MEMAGENT.md, "Successors"). So
 a gated memory turn may answer
 
-- `[KEEP]` alone: the memory stays byte-identical. The engine stops at the marker (a stop
-  string), so a kept chunk costs a few generated tokens instead of a whole rewrite;
+- nothing (an empty reply, KEEP): the memory stays byte-identical. The turn's first token is
+  the end-of-turn token, which every engine stops at, so a kept chunk costs the prompt's prefill
+  and not one decode step. (A four-token `[KEEP]` marker cost 38% more engine time a kept turn:
+  benchmarks/results/gates/README.md.) An empty rewrite is never a memory, so nothing is lost;
 - a memory ending with `[EXIT]`: that memory (marker stripped) already answers, and the loop
   goes straight to the final turn, leaving the rest of the document unread. `[EXIT]` alone
   writes the memory it was given again and exits;
 - any other text: the new memory, as in the ungated loop.
 
-The markers are plain text every tokenizer already has (SmolLM2: four ordinary tokens each),
-so any HF model can learn them without new embeddings. A marker anywhere else (followed by
-text, `[KEEP]` beside a memory, a marker cut short, another spelling) is malformed: the text
-is taken as the memory, as without gates, and the loop counts it (`gate/malformed`).
+`[EXIT]` is plain text every tokenizer already has (SmolLM2: four ordinary tokens), so any HF
+model can learn both gates without new embeddings. The marker anywhere else (followed by text,
+cut short, another spelling) is malformed: the text is taken as the memory, as without gates,
+and the loop counts it (`gate/malformed`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-KEEP = "[KEEP]"
+KEEP = ""  # the keep: an empty reply (the end-of-turn token alone)
 EXIT = "[EXIT]"
-# What a marker looks like, however mangled: an opening or a closing half, any case, or a
-# marker's start cut off by the turn's token budget.
-_FRAGMENT = re.compile(r"\[\s*(?:KEEP|EXIT)|(?:KEEP|EXIT)\s*\]|\[(?:KEE?|EXI?)$", re.IGNORECASE)
+# What the exit marker looks like, however mangled: an opening or a closing half, any case, or
+# its start cut off by the turn's token budget.
+_FRAGMENT = re.compile(r"\[\s*EXIT|EXIT\s*\]|\[EXI?$", re.IGNORECASE)
 
 Action = Literal["kept", "updated", "exited"]
 

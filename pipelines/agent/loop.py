@@ -9,8 +9,8 @@ The loop never calls an engine: a driver (pipelines.engine.driver.run_loop) can 
 thousands of loops, submitting each sample's next turn the moment its previous one returns.
 
 With a gated template (agent.gates, pipelines.agent.gates) a memory turn may keep the memory
-(its request carries the keep marker as a stop string, so the engine ends the turn there) or
-end the reading: the next request is then the final turn, and the rest of the document is
+(an empty reply: the engine ends the turn at its first token, the end-of-turn one) or end the
+reading: the next request is then the final turn, and the rest of the document is
 never taken from the chunk stream.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pipelines.agent.codec import ChatCodec
-from pipelines.agent.gates import KEEP, read_gate, ungated
+from pipelines.agent.gates import read_gate, ungated
 from pipelines.agent.reward import extract_boxed
 from pipelines.agent.templates import TemplateSet
 from pipelines.agent.turns import AgentResult, Response, TurnRequest, record_turn
@@ -69,8 +69,7 @@ class AgentLoop:
         if chunk is not None:
             self._result.doc_tokens += len(chunk)
             text = self._templates.update_prompt(self.question, self.memory, self._codec.decode(chunk))
-            stop = (KEEP,) if self._templates.gated else ()
-            req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget, stop)
+            req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget)
         else:
             if turn == 0:
                 raise UserError("document: empty (no tokens to read)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.agent.gates import EXIT, KEEP
+from pipelines.agent.gates import EXIT
 from pipelines.errors import UserError
 
 INITIAL_MEMORY = "No previous memory"
@@ -48,7 +48,7 @@ Your answer:
 # The release's update prompt, with one paragraph after its instructions on the two gates.
 GATED_UPDATE = RELEASE_UPDATE.replace("useful information.\n\n", f"""useful information.
 
-If the section adds nothing that helps to answer the problem, reply with only {KEEP} and the memory stays as it is. If the updated memory already answers the problem, end it with {EXIT} and the reading stops there.
+If the section adds nothing that helps to answer the problem, reply with nothing at all and the memory stays as it is. If the updated memory already answers the problem, end it with {EXIT} and the reading stops there.
 
 """, 1)
 

@@ -20,9 +20,6 @@ class TurnRequest:
     is_final: bool
     prompt_ids: list[int]
     max_tokens: int
-    # Strings that end the turn early (a gated turn's keep marker). Unlike OpenAI's stop, the
-    # response text keeps the stop string: the loop reads it.
-    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

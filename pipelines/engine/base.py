@@ -4,10 +4,8 @@ streamed twin that hands out the text as it is sampled (OpenAI `stream: true`).
 Every engine returns the agent's `Response` record (pipelines.agent.turns), so loops are fed
 what engines return without translation. Logprobs, when asked for, are of the distribution
 actually sampled from (after temperature and top_p): what a PPO/DAPO ratio needs. Stop
-strings end generation and, as in OpenAI's API, are not part of the returned text unless
-`include_stop` (the agent's gated turns read their keep marker). Either way the token ids (and
-logprobs) are every token sampled, the one that completed the stop string included: what
-the learner trains on is what the engine generated.
+strings end generation and, as in OpenAI's API, are not part of the returned text; the token
+ids (and logprobs) are every token sampled, the one that completed the stop string included.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ class Sampling:
     seed: int | None = None
     logprobs: bool = False  # logprob of each sampled token (behaviour policy)
     stop: tuple[str, ...] = ()  # generation ends at the first; the text returned stops before it
-    include_stop: bool = False  # ... or right after it (vLLM's include_stop_str_in_output)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,7 @@ def agent_sampling(cfg: AgentConfig) -> Sampling:
 
 
 def turn_sampling(sampling: Sampling, req: TurnRequest) -> Sampling:
-    """One turn's sampling: its token budget, and its stop strings (a gated turn's keep marker),
-    kept in the text for the loop to read."""
-    if req.stop:
-        return replace(sampling, max_tokens=req.max_tokens, stop=req.stop, include_stop=True)
+    """One turn's sampling: the agent's, with the turn's token budget."""
     return replace(sampling, max_tokens=req.max_tokens)
 
 

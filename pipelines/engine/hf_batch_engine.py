@@ -139,7 +139,7 @@ class HFBatchEngine:
     async def _until_stop(self, request: GenRequest) -> tuple[list[int], str, str, list[float] | None]:
         """(ids, text, finish reason, logprobs) of a request with stop strings, ended at the first."""
         s = request.sampling
-        deltas, text, finish, logprobs = TextDeltas(self.tokenizer, s.stop, s.include_stop), [], None, []
+        deltas, text, finish, logprobs = TextDeltas(self.tokenizer, s.stop), [], None, []
         async with aclosing(self._outputs(request)) as outputs:
             async for out in outputs:
                 piece = deltas.push(list(out.generated_tokens)[len(deltas.ids):s.max_tokens])
@@ -158,7 +158,7 @@ class HFBatchEngine:
 
     async def stream(self, request: GenRequest) -> AsyncIterator[Delta]:
         s = request.sampling
-        deltas = TextDeltas(self.tokenizer, s.stop, s.include_stop)
+        deltas = TextDeltas(self.tokenizer, s.stop)
         async with aclosing(self._outputs(request)) as outputs:
             async for out in outputs:
                 piece = deltas.push(list(out.generated_tokens)[len(deltas.ids):s.max_tokens])

@@ -62,7 +62,7 @@ class HFEngine:
             steps = torch.stack(out.scores, dim=0)[:, 0, :].float()
             lp = torch.log_softmax(steps, dim=-1)
             logprobs = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-        text, stopped = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), s.stop, s.include_stop)
+        text, stopped = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), s.stop)
         return ids, text, "stop" if stopped else self._finish(ids, s), logprobs
 
     def _finish(self, ids: list[int], s: Sampling) -> str:
@@ -73,7 +73,7 @@ class HFEngine:
         s = request.sampling
         prompt = self._prompt(request)
         feed = _Feed(asyncio.get_running_loop())
-        deltas = TextDeltas(self.tokenizer, s.stop, s.include_stop)
+        deltas = TextDeltas(self.tokenizer, s.stop)
         async with self._lock:
             work = asyncio.ensure_future(asyncio.to_thread(
                 self._run, prompt, s, streamer=feed, stopping_criteria=StoppingCriteriaList([feed])))

@@ -2,8 +2,7 @@
 
 A stream may hand out only text that cannot change: not a trailing half character (the
 next token completes it) and not a tail that could still become a stop string (the stop
-string is not returned, OpenAI semantics, unless the request includes it), so some text is
-held back until it is safe.
+string is not returned, OpenAI semantics), so some text is held back until it is safe.
 """
 
 from __future__ import annotations
@@ -15,13 +14,12 @@ from typing import Any
 from pipelines.engine.base import Delta
 
 
-def cut_at_stop(text: str, stops: Sequence[str], include: bool = False) -> tuple[str, bool]:
-    """(the text before the earliest stop string, or up to its end with include; whether there was one)."""
-    hits = [(i, i + len(s)) for i, s in ((text.find(s), s) for s in stops) if i >= 0]
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """(the text before the earliest stop string; whether there was one)."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     if not hits:
         return text, False
-    start, end = min(hits)
-    return text[:end if include else start], True
+    return text[:min(hits)], True
 
 
 def unsafe_tail(text: str, stops: Sequence[str]) -> int:
@@ -37,8 +35,8 @@ class TextDeltas:
     token since the previous one (held-back text included); the one where a stop string
     appears is the last (finish_reason "stop"), and the caller then ends generation."""
 
-    def __init__(self, tokenizer: Any, stops: Sequence[str], include: bool = False):
-        self.tokenizer, self.stops, self.include = tokenizer, tuple(stops), include
+    def __init__(self, tokenizer: Any, stops: Sequence[str]):
+        self.tokenizer, self.stops = tokenizer, tuple(stops)
         self.ids: list[int] = []
         self._unsent: list[int] = []
         self._sent = 0  # characters of text sent
@@ -47,7 +45,7 @@ class TextDeltas:
         """The piece to send after these tokens, or None while all new text is held back."""
         self.ids.extend(ids)
         self._unsent.extend(ids)
-        text, stopped = cut_at_stop(self._text(), self.stops, self.include)
+        text, stopped = cut_at_stop(self._text(), self.stops)
         if stopped:
             return self._piece(text, "stop")
         safe = text[:len(text) - unsafe_tail(text, self.stops)]
@@ -55,7 +53,7 @@ class TextDeltas:
 
     def finish(self, reason: str) -> Delta:
         """Generation ended: the last piece, with what was held back (a stop's start that never completed)."""
-        return self._piece(cut_at_stop(self._text(), self.stops, self.include)[0], reason)
+        return self._piece(cut_at_stop(self._text(), self.stops)[0], reason)
 
     def _text(self) -> str:
         return self.tokenizer.decode(self.ids, skip_special_tokens=True)

@@ -96,7 +96,6 @@ class VLLMEngine:
         params = SamplingParams(
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             logprobs=0 if s.logprobs else None, skip_special_tokens=True, stop=list(s.stop) or None,
-            include_stop_str_in_output=s.include_stop,  # token ids always hold the stop's tokens
             output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.CUMULATIVE)
         return self.llm.generate(TokensPrompt(prompt_token_ids=prompt), params, f"r{next(_ids)}")
 

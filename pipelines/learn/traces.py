@@ -25,7 +25,7 @@ agent that keeps exactly what answers the question:
 
 With a gated template (agent.gates, pipelines.agent.gates) the same memories teach the two gates:
 a chunk that leaves the memory as it was (no new evidence, not even part of a piece) is answered
-`[KEEP]`, alone and without EOS, as an engine returns a turn it stopped at the marker; the chunk
+with nothing, the EOS token alone (the keep); the chunk
 that completes the row's evidence writes its memory ending in `[EXIT]`, and the final turn comes
 next (one-of rows: complete once a piece holding a gold answer is read whole; all-of rows, and
 one-of rows none of whose pieces holds an answer, once every piece is). The marker's tokens are
@@ -236,9 +236,7 @@ def sft_trace(row: TaskRow, chunks: Iterable[list[int]], codec: ChatCodec, templ
                 memory = select_memory(reader.seen, req.max_tokens - 1 - marker, count, initial)
                 if templates.gated:
                     memory = gated_text(memory, loop.memory, reader.complete(row.answers, row.answer_kind))
-                # a kept turn ends at its marker, no EOS: what an engine returns when it stops there
-                resp = (Response(codec.encode(KEEP), KEEP) if templates.gated and memory == KEEP
-                        else _response(codec, memory, eos, req.max_tokens, "the initial memory"))
+                resp = _response(codec, memory, eos, req.max_tokens, "the initial memory")
             texts.append(resp.text)
             loop.feed(resp)
     except UserError as e:
@@ -257,7 +255,7 @@ def decoy_follow(decoy: Decoys, chunks: Iterable[list[int]], room: int) -> Itera
 
 def gated_text(memory: str, previous: str, complete: bool) -> str:
     """A gated memory turn's text: the memory ending in the exit marker once the evidence is
-    complete, the keep marker alone while the memory is unchanged, else the memory."""
+    complete, nothing (the keep) while the memory is unchanged, else the memory."""
     if complete:
         return f"{memory}{SEP}{EXIT}"
     return KEEP if memory == previous else memory

@@ -1,5 +1,6 @@
-"""Gated memory (agent.gates): the markers, the loop with scripted responses, SFT traces that teach
-the gates, the records that count them, and engines that end a kept turn at its marker."""
+"""Gated memory (agent.gates): the keep and the exit marker, the loop with scripted responses, SFT
+traces that teach the gates, the records that count them, and engines that end a kept turn at its
+first token."""
 
 from __future__ import annotations
 
@@ -35,34 +36,32 @@ def codec(tokenizer):
 
 
 @pytest.mark.parametrize("text, action, memory, malformed", [
-    ("[KEEP]", "kept", None, False),
-    ("  [KEEP]\n", "kept", None, False),
+    ("", "kept", None, False),  # the keep: an empty reply
+    ("  \n", "kept", None, False),
     ("the code is 42.\n[EXIT]", "exited", "the code is 42.", False),
     ("[EXIT]", "exited", None, False),  # exits with the memory it was given
     ("the code is 42.", "updated", "the code is 42.", False),
-    ("the code is 42. [KEEP]", "updated", "the code is 42. [KEEP]", True),  # a marker beside a memory
-    ("[KEEP] the code is 42.", "updated", "[KEEP] the code is 42.", True),
+    ("[KEEP]", "updated", "[KEEP]", False),  # the old keep marker: plain text now
     ("[EXIT] and more", "updated", "[EXIT] and more", True),  # a marker followed by text
     ("the code is 42. [EXI", "updated", "the code is 42. [EXI", True),  # cut by the token budget
-    ("[keep]", "updated", "[keep]", True),
-    ("a [KEEP]\n[EXIT]", "updated", "a [KEEP]\n[EXIT]", True),
+    ("[exit]", "updated", "[exit]", True),
+    ("a [EXIT]\n[EXIT]", "updated", "a [EXIT]\n[EXIT]", True),
 ])
 def test_read_gate(text, action, memory, malformed):
     gate = read_gate(text)
     assert (gate.action, gate.memory, gate.malformed) == (action, memory, malformed)
 
 
-def test_markers_are_a_few_ordinary_tokens(tokenizer):
-    special = set(tokenizer.all_special_ids)
-    for marker in (KEEP, EXIT):
-        ids = tokenizer.encode(marker, add_special_tokens=False)
-        assert len(ids) <= 4 and not special & set(ids) and tokenizer.decode(ids) == marker
+def test_the_exit_marker_is_a_few_ordinary_tokens_and_the_keep_none(tokenizer):
+    ids = tokenizer.encode(EXIT, add_special_tokens=False)
+    assert len(ids) <= 4 and not set(tokenizer.all_special_ids) & set(ids) and tokenizer.decode(ids) == EXIT
+    assert KEEP == "" and tokenizer.encode(KEEP, add_special_tokens=False) == []
 
 
 def test_gated_template_is_the_release_one_plus_a_paragraph():
     paragraph = GATED_UPDATE.split("\n\n")[1]
     assert GATED_UPDATE.replace(paragraph + "\n\n", "", 1) == RELEASE_UPDATE
-    assert KEEP in GATED_UPDATE and EXIT in GATED_UPDATE and KEEP not in RELEASE_UPDATE
+    assert "reply with nothing" in paragraph and EXIT in paragraph and EXIT not in RELEASE_UPDATE
     assert GATED.final == get_templates("release").final and GATED.gated and not get_templates("release").gated
 
 
@@ -114,7 +113,7 @@ def test_keep_leaves_the_memory_byte_identical_and_exit_goes_to_the_final_turn(c
     assert requests[2].prompt_ids == codec.encode_user(GATED.update_prompt("What is the code?", odd.strip(),
                                                                           codec.decode(chunks.chunks[2])))
     final = requests[-1]
-    assert final.is_final and final.stop == () and all(r.stop == (KEEP,) for r in requests[:-1])
+    assert final.is_final and not any(r.is_final for r in requests[:-1])
     assert final.prompt_ids == codec.encode_user(GATED.final_prompt("What is the code?", "code: 42, sure"))
     assert chunks.taken == 4  # the rest of the document is never read
     assert (result.chunks_read, result.memory_updates, result.exit_chunk, result.malformed) == (4, 2, 4, 0)
@@ -130,8 +129,8 @@ def test_a_bare_exit_keeps_the_memory_and_exits(codec):
 
 def test_malformed_markers_are_memory_rewrites_and_counted(codec):
     loop = AgentLoop("What is the code?", Chunks(codec, 3), codec, GATED, LIMITS)
-    _, result = drive(loop, codec, ["code: 42 [KEEP]", "[EXIT] code: 42", "[KE"])
-    assert result.memory == ["code: 42 [KEEP]", "[EXIT] code: 42", "[KE"]
+    _, result = drive(loop, codec, ["code: 42 [EXIT] more", "[EXIT] code: 42", "code: 42 [EXI"])
+    assert result.memory == ["code: 42 [EXIT] more", "[EXIT] code: 42", "code: 42 [EXI"]
     assert [t.gate for t in result.turns] == ["updated"] * 3 + ["final"]
     assert (result.chunks_read, result.memory_updates, result.exit_chunk, result.malformed) == (3, 3, None, 3)
 
@@ -140,7 +139,7 @@ def test_without_gates_markers_are_plain_text(codec):
     loop = make_loop("What is the code?", Chunks(codec, 2), codec, AgentConfig(memory_budget=64))
     requests, result = drive(loop, codec, [KEEP, "code\n" + EXIT])
     assert result.memory == [KEEP, "code\n" + EXIT] and result.exit_chunk is None and result.malformed == 0
-    assert all(r.stop == () for r in requests) and [t.gate for t in result.turns] == ["updated", "updated", "final"]
+    assert [t.gate for t in result.turns] == ["updated", "updated", "final"]  # the empty reply: an empty memory
 
 
 def needle_trace(tokenizer, codec, chunk_size, task="niah_single", seed=0):
@@ -154,7 +153,7 @@ def test_sft_trace_keeps_before_the_needle_writes_it_and_exits(tokenizer, codec)
     (needle,) = [e.text for e in row.evidence]
     at = next(k for k, t in enumerate(turns) if t.text != KEEP)  # the chunk the needle ends in
     eos = tokenizer.eos_token_id
-    assert at > 0 and all(t.response_ids == codec.encode(KEEP) for t in turns[:at])  # no EOS: stopped there
+    assert at > 0 and all(t.response_ids == [eos] for t in turns[:at])  # the keep: EOS alone
     assert turns[at].text == f"{needle}\n{EXIT}" and turns[at].response_ids[-1] == eos
     assert len(turns) == at + 2 < len(chunks) + 1 and turns[-1].is_final
     assert turns[-1].text == f"\\boxed{{{row.answers[0]}}}"
@@ -259,10 +258,9 @@ def scripted_llama(out: Path, tokenizer, chain: list[int], hidden: int = 64, hea
 
 @pytest.fixture(scope="module")
 def keeper_dir(tmp_path_factory, tokenizer, codec) -> Path:
-    """Answers every turn "[KEEP]\\n[KEEP]\\n..." until stopped."""
+    """Answers every turn with nothing: EOS first."""
     newline = codec.encode_user("x")[-1]
-    chain = [newline, *codec.encode(KEEP), newline]
-    return scripted_llama(tmp_path_factory.mktemp("keeper"), tokenizer, chain)
+    return scripted_llama(tmp_path_factory.mktemp("keeper"), tokenizer, [newline, tokenizer.eos_token_id])
 
 
 async def run_gated_async(engine, codec: ChatCodec, n_chunks: int = 3):
@@ -278,21 +276,20 @@ def run_gated(engine, codec: ChatCodec):
 
 
 def check_kept(result, codec: ChatCodec) -> None:
-    memory, final = result.turns[:-1], result.turns[-1]
+    memory = result.turns[:-1]
     assert [t.gate for t in memory] == ["kept"] * 3 and result.memory == [GATED.initial_memory] * 3
-    for t in memory:  # only the marker was generated, and its logprobs are the generated tokens'
-        assert t.response_ids == codec.encode(KEEP) and t.finish_reason == "stop"
-        assert len(t.logprobs) == 4 and all(-1e-3 < lp <= 0 for lp in t.logprobs)
-    assert len(final.response_ids) == LIMITS.final_budget  # no stop string on the answer turn
+    for t in memory:  # one token generated, EOS, and its logprob is the generated token's
+        assert t.response_ids == [codec.tokenizer.eos_token_id] and t.finish_reason == "stop"
+        assert len(t.logprobs) == 1 and -1e-3 < t.logprobs[0] <= 0
 
 
-def test_hf_engine_ends_a_kept_turn_at_its_marker(keeper_dir, codec):
+def test_hf_engine_ends_a_kept_turn_at_its_first_token(keeper_dir, codec):
     from pipelines.engine.hf_engine import HFEngine
 
     check_kept(run_gated(HFEngine(str(keeper_dir)), codec), codec)
 
 
-def test_hf_batch_engine_ends_a_kept_turn_at_its_marker(keeper_dir, codec):
+def test_hf_batch_engine_ends_a_kept_turn_at_its_first_token(keeper_dir, codec):
     from pipelines.engine.config import EngineConfig
     from pipelines.engine.hf_batch_engine import HFBatchEngine
 
@@ -333,14 +330,14 @@ def test_served_answers_and_batch_rows_carry_the_gates(keeper_dir, codec):
 @pytest.mark.skipif(not os.environ.get("MEMAGENT_TEST_VLLM_GATES"),
                     reason="starts a vLLM engine of its own (~2 min on 2 cores, beyond CI's budget); "
                            "MEMAGENT_TEST_VLLM_GATES=1 runs it")
-def test_vllm_ends_a_kept_turn_at_its_marker(tmp_path, tokenizer, codec):
-    """vLLM drops a stop string from the text unless asked (include_stop_str_in_output); its CPU
-    attention needs head_dim 64, so the keeper is built wider."""
+def test_vllm_ends_a_kept_turn_at_its_first_token(tmp_path, tokenizer, codec):
+    """vLLM ends a turn whose first token is EOS with that token alone; its CPU attention needs
+    head_dim 64, so the keeper is built wider."""
     from pipelines.engine.config import EngineConfig
     from pipelines.engine.vllm_engine import VLLMEngine
 
     newline = codec.encode_user("x")[-1]
-    model = scripted_llama(tmp_path / "keeper", tokenizer, [newline, *codec.encode(KEEP), newline], 128, 2)
+    model = scripted_llama(tmp_path / "keeper", tokenizer, [newline, tokenizer.eos_token_id], 128, 2)
     cfg = EngineConfig(dtype="float32", max_model_len=1024, max_num_seqs=4, cpu_kvcache_gib=1)
 
     async def run():

@@ -69,7 +69,7 @@ def test_a_replica_answers_and_rows_say_what_the_gates_did(tmp_path, tokenizer):
     n = -(-len(tokenizer.encode(document, add_special_tokens=False)) // 16)
     (tmp_path / "doc.txt").write_text(document)
     exits = [KEEP, f"code 42 {EXIT}", "\\boxed{42}"]
-    core = AgentCore(settings, ScriptedEngine(tokenizer, exits * 4 + ["[KEEP] code 42", "\\boxed{42}"]), "scripted")
+    core = AgentCore(settings, ScriptedEngine(tokenizer, exits * 4 + ["[EXIT] code 42", "\\boxed{42}"]), "scripted")
     question = "What is the code?"
 
     async def run():
