@@ -24,7 +24,13 @@ task's rows share the engine only with the next task's first rows at the boundar
 - documents per hour, a throughput: n over the cell's span, from its first row's start to its last
   row's end (the records' `finished` less `seconds`: engine start and row building left out). It
   reads as a throughput only when n is well above eval.concurrency (32), a steady queue: --n 128
-  and up (the pilot's n = 32 put every row in flight at once and measured a latency instead);
+  and up (the pilot's n = 32 put every row in flight at once and measured a latency instead). Its
+  tail is the engine idling: once the queue is empty the last documents run with few others, and a
+  gated document that never exits reads all 64 chunks at 16x from the first second to the last;
+- steady documents per hour, the throughput of a job that never runs dry (batch QA over millions):
+  turns finished while every slot was busy (until the last row's start), over that time, per the
+  cell's mean turns per document, from every row's turn times (eval.traces = n). The issue's
+  "engine time per document"; the ratio of it is `steady_ratio`;
 - seconds per document: the mean of the records' `seconds` (a latency, beside it);
 - generated tokens per document: the engine's count over every turn (the records' `generated`);
 - chunks read (and the document's chunks), memory updates, the share of documents that exited;
@@ -32,7 +38,7 @@ task's rows share the engine only with the next task's first rows at the boundar
 Cells recorded before the records kept `generated` and `finished` are refused (score them again).
 
 The last line is one JSON object: {"stage": the latest trained stage scored, "docs_per_hour_ratio":
-{task: {length: gated / ungated}}, "tokens_ratio": {task: {length: ungated / gated}},
+{task: {length: gated / ungated}}, "steady_ratio": the same of steady documents per hour, "tokens_ratio": {task: {length: ungated / gated}},
 "paired_diff": {task: {length: [mean, lo, hi, n]}} (strict, points, gated - ungated), "batch":
 {task: {length: {"docs_per_hour": {model: ...}, "ratio": gated / ungated, "vs_eval": ratio / eval's}}}, "cells":
 {model: {task: {length: figures}}}, "by_stage": the three ratios of every stage scored, "models",
@@ -42,6 +48,7 @@ The last line is one JSON object: {"stage": the latest trained stage scored, "do
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -102,7 +109,8 @@ def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
     folder = results / cells.name
     fresh = not (folder / "summary.json").exists()
     before = os.getloadavg()
-    agent = [*SUITES["needles"].agent, *ARMS[arm]]
+    # Every row keeps its turns' times (eval.traces = n), for the steady-state documents per hour.
+    agent = [*SUITES["needles"].agent, *ARMS[arm], f"eval.traces={cells.n}"]
     evaluate(cells, model, results, tasks, agent)
     if fresh:
         (folder / "load.json").write_text(json.dumps({"before": before, "after": os.getloadavg(),
@@ -113,6 +121,23 @@ def score_cells(cells: Cells, model: str, results: Path, tasks: str) -> Path:
 def span_hours(recs: list[dict]) -> float:
     """From the first row's start to the last row's end, in hours."""
     return (max(r["finished"] for r in recs) - min(r["finished"] - r["seconds"] for r in recs)) / 3600
+
+
+def steady_docs_per_hour(recs: list[dict]) -> float | None:
+    """Documents per hour while every slot was busy: until the last row's start the queue refilled
+    each freed slot, so over [first start, T] the engine held eval.concurrency documents. Turns
+    finished by T (a row's start plus its turns' seconds), over T, per the cell's mean turns per
+    document. None when a row has no turn times (cells scored before eval.traces covered every row)."""
+    if not recs or any(not r["steps"] for r in recs):
+        return None
+    t0 = min(r["finished"] - r["seconds"] for r in recs)
+    starts = [r["finished"] - r["seconds"] - t0 for r in recs]
+    until = max(starts)
+    ends = (end for start, r in zip(starts, recs)
+            for end in itertools.accumulate((t["seconds"] for t in r["steps"]), initial=start))
+    done = sum(end <= until for end in ends) - len(recs)  # accumulate's first value is the row's start
+    turns = sum(len(r["steps"]) for r in recs) / len(recs)
+    return round(done / until * 3600 / turns, 1) if until > 0 else None
 
 
 def figures(folder: Path, task: str, length: str) -> dict:
@@ -126,7 +151,7 @@ def figures(folder: Path, task: str, length: str) -> dict:
     n = len(recs)
     stamp = json.loads((folder / "model.json").read_text())
     return {"n": n, "strict": points(table_of(folder)[task][length]["memagent"]),
-            "docs_per_hour": round(n / span_hours(recs), 1),
+            "docs_per_hour": round(n / span_hours(recs), 1), "steady_docs_per_hour": steady_docs_per_hour(recs),
             "seconds_per_doc": round(sum(r["seconds"] for r in recs) / n, 2),
             "tokens_per_doc": round(sum(r["generated"] for r in recs) / n, 1),
             "chunks_read": round(sum(r["chunks_read"] for r in recs) / n, 2),
@@ -188,7 +213,7 @@ def batch_figures(stage: str, models: dict, tasks: list[str], length: str, n: in
 
 def compare(cells: dict, by: dict, stage: str, tasks: list[str], lengths: list[str]) -> dict:
     """One stage's ratios (gated over ungated) and the paired strict difference, where both arms scored."""
-    ratios: dict = {"docs_per_hour_ratio": {}, "tokens_ratio": {}}
+    ratios: dict = {"docs_per_hour_ratio": {}, "steady_ratio": {}, "tokens_ratio": {}}
     gated, ungated = cells.get(model_name(stage, "gated"), {}), cells.get(stage, {})
     for task in tasks:
         for length in lengths:
@@ -196,19 +221,22 @@ def compare(cells: dict, by: dict, stage: str, tasks: list[str], lengths: list[s
             if g and u:
                 ratios["docs_per_hour_ratio"].setdefault(task, {})[length] = round(g["docs_per_hour"] / u["docs_per_hour"], 2)
                 ratios["tokens_ratio"].setdefault(task, {})[length] = round(u["tokens_per_doc"] / g["tokens_per_doc"], 2)
+                if g.get("steady_docs_per_hour") and u.get("steady_docs_per_hour"):
+                    ratios["steady_ratio"].setdefault(task, {})[length] = round(
+                        g["steady_docs_per_hour"] / u["steady_docs_per_hour"], 2)
     return {**ratios, "paired_diff": pairs(by, tasks, stage, model_name(stage, "gated"), tuple(lengths))}
 
 
 def table(cells: dict, lengths: list[str]) -> str:
-    rows = ["| model | task | length | n | strict [95%] | docs/hour | s/doc | tokens/doc | chunks read / of | "
-            "updates | exited | eval min |", "|" + "---|" * 12]
+    rows = ["| model | task | length | n | strict [95%] | docs/hour | steady docs/hour | s/doc | tokens/doc | "
+            "chunks read / of | updates | exited | eval min |", "|" + "---|" * 13]
     for model, by_task in cells.items():
         for task, by_length in by_task.items():
             for ln in (x for x in lengths if x in by_length):
                 f = by_length[ln]
                 m, lo, hi, _ = f["strict"]
                 rows.append(f"| {model} | {task} | {ln} | {f['n']} | {m} [{lo}, {hi}] | {f['docs_per_hour']} | "
-                            f"{f['seconds_per_doc']} | {f['tokens_per_doc']} | {f['chunks_read']} / {f['chunks']} | "
+                            f"{f.get('steady_docs_per_hour')} | {f['seconds_per_doc']} | {f['tokens_per_doc']} | {f['chunks_read']} / {f['chunks']} | "
                             f"{f['memory_updates']} | {f['exited']} | {f['eval_minutes']} |")
     return "\n".join(rows) + "\n"
 
