@@ -6,8 +6,9 @@ a gated memory turn may answer
 
 - nothing (an empty reply, KEEP): the memory stays byte-identical. The turn's first token is
   the end-of-turn token, which every engine stops at, so a kept chunk costs the prompt's prefill
-  and not one decode step. (A four-token `[KEEP]` marker cost 38% more engine time a kept turn:
-  benchmarks/results/gates/README.md.) An empty rewrite is never a memory, so nothing is lost;
+  and not one decode step (the first design, a four-token `[KEEP]`, cost three: half the gated
+  agent's generated tokens, benchmarks/results/gates-keep/README.md). An empty rewrite is never a
+  memory, so nothing is lost;
 - a memory ending with `[EXIT]`: that memory (marker stripped) already answers, and the loop
   goes straight to the final turn, leaving the rest of the document unread. `[EXIT]` alone
   writes the memory it was given again and exits;
