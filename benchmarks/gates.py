@@ -133,9 +133,8 @@ def steady_docs_per_hour(recs: list[dict]) -> float | None:
     t0 = min(r["finished"] - r["seconds"] for r in recs)
     starts = [r["finished"] - r["seconds"] - t0 for r in recs]
     until = max(starts)
-    ends = (end for start, r in zip(starts, recs)
-            for end in itertools.accumulate((t["seconds"] for t in r["steps"]), initial=start))
-    done = sum(end <= until for end in ends) - len(recs)  # accumulate's first value is the row's start
+    done = sum(start + end <= until for start, r in zip(starts, recs)
+               for end in itertools.accumulate(t["seconds"] for t in r["steps"]))
     turns = sum(len(r["steps"]) for r in recs) / len(recs)
     return round(done / until * 3600 / turns, 1) if until > 0 else None
 
