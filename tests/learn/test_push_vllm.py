@@ -46,8 +46,8 @@ def test_vllm_swaps_in_a_split_version(tmp_path: Path, tokenizer):
     uri = pub.publish(model, 2)
     assert (Path(uri) / "frozen.safetensors").stat().st_nlink == 2  # v1's, linked
 
-    async def run():
-        engine = VLLMEngine(str(model_dir), EngineConfig(kind="vllm", dtype="bfloat16", max_model_len=1024,
+    async def run():  # fp32 like the learner: bf16 rounding had put the swapped gap near a loose bound
+        engine = VLLMEngine(str(model_dir), EngineConfig(kind="vllm", dtype="float32", max_model_len=1024,
                                                          max_num_seqs=4, cpu_kvcache_gib=1))
         try:
             prompt = engine.codec.encode_chat([{"role": "user", "content": "Read this and remember the facts."}])
@@ -63,4 +63,4 @@ def test_vllm_swaps_in_a_split_version(tmp_path: Path, tokenizer):
     new, old = gap(model, prompt, after), gap(model, prompt, before)
     print(f"engine vs learner on the new weights, mean |logprob difference|: after the swap {new:.4f}, "
           f"before it {old:.4f}")
-    assert version == 2 and new < 0.05 < old
+    assert version == 2 and new < 1e-3 and old > 0.05
