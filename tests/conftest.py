@@ -11,6 +11,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("MEMAGENT_HOME", str(REPO / ".memagent"))
+
+
+def worker_home(shared: Path, worker: str) -> Path:
+    """Under `pytest -n 2` (make test) each worker has a home of its own (logs, caches, the default
+    MLflow store) and all share one model store (a built-in is imported once: models/store.py)."""
+    home = shared / "test-workers" / worker
+    home.mkdir(parents=True, exist_ok=True)
+    (shared / "models").mkdir(parents=True, exist_ok=True)
+    if not (home / "models").is_symlink():
+        (home / "models").symlink_to(shared / "models")
+    return home
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["MEMAGENT_HOME"] = str(worker_home(Path(os.environ["MEMAGENT_HOME"]), os.environ["PYTEST_XDIST_WORKER"]))
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(REPO))

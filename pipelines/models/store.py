@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 from pathlib import Path
 
@@ -46,8 +47,14 @@ BUILTINS = {"smollm2": import_smollm2}
 
 
 def store_model(name: str, home: Path) -> Path:
-    """The store's folder for a built-in, imported on first use."""
+    """The store's folder for a built-in, imported on first use: once, however many commands
+    (or test workers) on this machine ask for it at the same time; the others wait for it."""
     dest = store_dir(home) / name
-    if not (dest / "config.json").is_file():
-        BUILTINS[name](home)
+    if (dest / "config.json").is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dest / "config.json").is_file():
+            BUILTINS[name](home)
     return dest

@@ -28,3 +28,31 @@ def test_s3_model_folder_is_downloaded_and_cached(s3, tiny_model_dir, tmp_path):
 def test_missing_s3_model_is_named(s3, tmp_path):
     with pytest.raises(UserError, match="s3://memagent-test/models/none"):
         resolve_model("s3://memagent-test/models/none", tmp_path)
+
+
+def test_a_built_in_asked_for_at_once_is_imported_once(tmp_path, monkeypatch):
+    """Commands (or test workers) starting together on a fresh machine: one imports, the rest wait
+    and get the same folder whole."""
+    import threading
+    import time
+
+    from pipelines.models import store
+
+    imports = []
+
+    def slow_import(home):
+        imports.append(home)
+        dest = store.store_dir(home) / "fake"
+        time.sleep(0.5)  # long enough for every other caller to arrive
+        dest.mkdir(parents=True)
+        (dest / "config.json").write_text("{}")
+
+    monkeypatch.setitem(store.BUILTINS, "fake", slow_import)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(store.store_model("fake", tmp_path))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(imports) == 1 and got == [tmp_path / "models" / "fake"] * 4
+    assert (got[0] / "config.json").is_file()
