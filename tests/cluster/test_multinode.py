@@ -64,17 +64,19 @@ def cluster(s3, mlflow_uri, tmp_path_factory, tiny_model_dir):
     """Head (1 CPU; the drivers' machine: its home is theirs) and node b (2 CPUs) in a folder
     outside the test's temp tree, which node b cannot see, nor the repository's .memagent."""
     (REPO / ".memagent").mkdir(exist_ok=True)
-    hidden = [tmp_path_factory.getbasetemp(), REPO / ".memagent"]
-    other = Path(tempfile.mkdtemp(prefix="memagent-node-b-"))
+    # Each node's folder directly under /tmp: Ray's socket paths below it must stay within 107
+    # bytes, which a pytest-xdist worker's basetemp (.../pytest-N/popen-gwN/) would pass.
+    head, other = (Path(tempfile.mkdtemp(prefix=f"memagent-{name}-")) for name in ("head", "node-b"))
+    hidden = [tmp_path_factory.getbasetemp(), REPO / ".memagent", head]
     env = {**s3.env(), "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint,
            "TOKENIZERS_PARALLELISM": "false"}
-    nodes = LocalCluster(RayNode("head", tmp_path_factory.mktemp("head"), 1), RayNode("node_b", other, 2),
-                         hidden, env)
+    nodes = LocalCluster(RayNode("head", head, 1), RayNode("node_b", other, 2), hidden, env)
     try:
         yield nodes.start()
     finally:
         nodes.stop()
-        shutil.rmtree(other, ignore_errors=True)
+        for root in (head, other):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def memagent(cluster: LocalCluster, *args: str, overrides: tuple[str, ...] = ()) -> str:
