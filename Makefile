@@ -10,7 +10,7 @@ quickstart: setup
 	.venv/bin/memagent quickstart
 
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=60 tests
+	.venv/bin/python -m pytest -q --durations=60 tests
 
 unit: setup  # the tests not marked slow (no vLLM engine, cluster or chaos fault)
 	.venv/bin/python -m pytest -q -m "not slow" tests

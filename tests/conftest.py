@@ -11,33 +11,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("MEMAGENT_HOME", str(REPO / ".memagent"))
-
-
-def worker_home(shared: Path, worker: str) -> Path:
-    """Under `pytest -n 2` (make test) each worker has a home of its own (logs, caches, the default
-    MLflow store) and all share one model store (a built-in is imported once: models/store.py)."""
-    home = shared / "test-workers" / worker
-    home.mkdir(parents=True, exist_ok=True)
-    (shared / "models").mkdir(parents=True, exist_ok=True)
-    if not (home / "models").is_symlink():
-        (home / "models").symlink_to(shared / "models")
-    return home
-
-
-def pin_worker(n: int, workers: int) -> None:
-    """Under `pytest -n 2` each worker and whatever it starts (commands, Ray, vLLM) run on one core
-    of their own, one thread a process: two tests at once on 2 cores, with no oversubscribed
-    threads spinning against each other (unpinned, the same suite took 43% more CPU)."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < workers:
-        return
-    os.sched_setaffinity(0, {cores[n]})
-    os.environ["OMP_NUM_THREADS"] = "1"
-
-
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["MEMAGENT_HOME"] = str(worker_home(Path(os.environ["MEMAGENT_HOME"]), worker))
-    pin_worker(int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(REPO))

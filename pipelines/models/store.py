@@ -47,8 +47,8 @@ BUILTINS = {"smollm2": import_smollm2}
 
 
 def store_model(name: str, home: Path) -> Path:
-    """The store's folder for a built-in, imported on first use: once, however many commands
-    (or test workers) on this machine ask for it at the same time; the others wait for it."""
+    """The store's folder for a built-in, imported on first use: once, however many commands on
+    this machine ask for it at the same time; the others wait for it."""
     dest = store_dir(home) / name
     if (dest / "config.json").is_file():
         return dest

@@ -65,7 +65,7 @@ def cluster(s3, mlflow_uri, tmp_path_factory, tiny_model_dir):
     outside the test's temp tree, which node b cannot see, nor the repository's .memagent."""
     (REPO / ".memagent").mkdir(exist_ok=True)
     # Each node's folder directly under /tmp: Ray's socket paths below it must stay within 107
-    # bytes, which a pytest-xdist worker's basetemp (.../pytest-N/popen-gwN/) would pass.
+    # bytes (AF_UNIX), which a deeper pytest basetemp (pytest-xdist's .../popen-gwN/) passes.
     head, other = (Path(tempfile.mkdtemp(prefix=f"memagent-{name}-")) for name in ("head", "node-b"))
     hidden = [tmp_path_factory.getbasetemp(), REPO / ".memagent", head]
     env = {**s3.env(), "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint,

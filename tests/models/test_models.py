@@ -31,7 +31,7 @@ def test_missing_s3_model_is_named(s3, tmp_path):
 
 
 def test_a_built_in_asked_for_at_once_is_imported_once(tmp_path, monkeypatch):
-    """Commands (or test workers) starting together on a fresh machine: one imports, the rest wait
+    """Commands starting together on a fresh machine: one imports, the rest wait
     and get the same folder whole."""
     import threading
     import time
