@@ -3,6 +3,10 @@
 Ray Train runs the loop on its workers; the driver only builds the trainer, streams the SFT
 traces in as Ray Datasets, and follows the run through a small board actor that rank 0
 writes each step's metrics to (for the progress display and MLflow).
+
+This module is what the driver, the board actor and the controller load, so it imports no
+torch or transformers: `train_loop` here hands over to pipelines.learn.trainer on the workers,
+the only processes that need it (importing it costs seconds of CPU a process).
 """
 
 from __future__ import annotations
@@ -10,13 +14,53 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from pipelines import logs, runtime
 from pipelines.errors import UserError
-from pipelines.learn.trainer import RunSpec, train_loop, user_error
+
+if TYPE_CHECKING:
+    from pipelines.rollout.source import RolloutSource
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    out: str  # the run's folder (local absolute or s3://)
+    model: str  # the base model's reference (absolute_ref): each learner worker resolves it on its node
+    steps: int  # stop after this optimizer step (counted from the run's start)
+    deadline: float | None  # wall-clock bound (time.time())
+    sft: bool
+    tasks: str = ""  # task rows (SFT: the held-back slice is read from them)
+    eval_tasks: str = ""  # held-out rows scored every learn.eval_every steps (RL)
+    board: Any = None  # the driver's progress board (an actor)
+    source: RolloutSource | None = None  # RL: where the batches come from
+    model_dir: str = ""  # the base model's folder on this worker's node (set by train_loop)
+    start_from: str | None = None  # a checkpoint to resume from that Ray Train's index lost (runs.repair_index)
+
+
+def train_loop(config: dict) -> None:
+    """Each Ray Train worker's entry: the learner's loop (pipelines.learn.trainer)."""
+    from pipelines.learn import trainer
+
+    trainer.train_loop(config)
+
+
+def user_error(e: BaseException | None) -> UserError | None:
+    """The UserError under Ray's wrappers (task errors, Ray Train's worker failures), if any."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, UserError) and not isinstance(e, ray.exceptions.RayError):
+            return e
+        failures = getattr(e, "worker_failures", None)
+        if failures:
+            found = [u for u in map(user_error, failures.values()) if u is not None]
+            return found[0] if found else None
+        e = getattr(e, "cause", None) or getattr(e, "_base_exc", None) or e.__cause__ or e.__context__
+    return None
 
 
 class Board:
@@ -61,8 +105,11 @@ def storage_of(out: str) -> tuple[str, Any]:
     return out, None
 
 
-def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callable[[int, dict], None]):
-    """Run the TorchTrainer to its end; on_step(step, metrics) for every step as it lands."""
+def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callable[[int, dict], None],
+        started: Any = None):
+    """Run the TorchTrainer to its end; on_step(step, metrics) for every step as it lands.
+    started: a reference to something starting beside the learner (the rollout hub's workers,
+    loading while Ray Train starts its workers); its failure ends the run with its own error."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -87,6 +134,9 @@ def fit(cfg, run: RunSpec, cursor: dict, datasets: dict | None, on_step: Callabl
     seen = noted = 0
     while True:
         done = not thread.is_alive()  # before the read, so the read sees every row
+        if started is not None and (done or ray.wait([started], timeout=0)[0]):
+            ray.get(started)  # a start failure is this run's error, before the learner's own
+            started = None
         rows, notes, error = ray.get(board.since.remote(seen, noted))
         for line in notes:
             print(line, file=logs.console(), flush=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from pipelines.config import Config
 from pipelines.errors import UserError
@@ -45,11 +46,11 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch: Callable[[int, dic
     tasks = teach_filter(cfg, tasks, checked, workers)
     heldout = heldout_rows(cfg, req, checked)
     log_inputs(cfg, tracker, tasks, heldout)
-    source = start_source(cfg, tasks, checked, workers)
+    source, started = start_source(cfg, tasks, checked, workers)
     run = replace(run, tasks=tasks, source=source, eval_tasks=heldout)
     progress = Progress(checked, tracker, watch)
     try:
-        result = fit(cfg, run, {}, None, progress)
+        result = fit(cfg, run, {}, None, progress, started=started)
     finally:
         source.close()
     state = final_state(checked)
@@ -86,11 +87,13 @@ def heldout_rows(cfg: Config, req: TrainRequest, checked: Checked) -> str:
     return req.heldout or runs.build_split(cfg, checked.out, checked.model_dir, "eval")
 
 
-def start_source(cfg: Config, tasks: str, checked: Checked, workers: list | None) -> HubSource:
-    """The rollout hub on `tasks`, from the checkpoint's policy and data cursor when resuming."""
+def start_source(cfg: Config, tasks: str, checked: Checked, workers: list | None) -> tuple[HubSource, Any]:
+    """The rollout hub on `tasks`, from the checkpoint's policy and data cursor when resuming, and
+    the reference that resolves once its workers are loaded (rollout.hub.start_hub)."""
     from pipelines.eval.heldout import task_scores
     from pipelines.rollout.hub import start_hub
 
     prior = checked.prior
-    return HubSource(start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
-                               prior.cursor if prior else None, workers=workers, score=task_scores))
+    hub, started = start_hub(cfg, tasks, prior.version if prior else 0, prior.weights if prior else None,
+                             prior.cursor if prior else None, workers=workers, score=task_scores)
+    return HubSource(hub), started

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +28,12 @@ from pipelines.errors import UserError
 from pipelines.learn import checkpoint as ckpt
 from pipelines.learn.batch import rl_batch
 from pipelines.learn.config import LearnConfig
+from pipelines.learn.launch import RunSpec, user_error
 from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import CHOICE_TOKENS, Heldout, heldout_seqs, seq_of
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
-from pipelines.rollout.source import Batch, Evaluation, RolloutSource
+from pipelines.rollout.source import Batch, Evaluation
 from pipelines.storage import full_disk, no_space, staged_dir
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    out: str  # the run's folder (local absolute or s3://)
-    model: str  # the base model's reference (absolute_ref): each learner worker resolves it on its node
-    steps: int  # stop after this optimizer step (counted from the run's start)
-    deadline: float | None  # wall-clock bound (time.time())
-    sft: bool
-    tasks: str = ""  # task rows (SFT: the held-back slice is read from them)
-    eval_tasks: str = ""  # held-out rows scored every learn.eval_every steps (RL)
-    board: Any = None  # the driver's progress board (an actor)
-    source: RolloutSource | None = None  # RL: where the batches come from
-    model_dir: str = ""  # the base model's folder on this worker's node (set by train_loop)
-    start_from: str | None = None  # a checkpoint to resume from that Ray Train's index lost (runs.repair_index)
 
 
 def train_loop(config: dict) -> None:
@@ -61,21 +47,6 @@ def train_loop(config: dict) -> None:
         if run.board is not None and err is not None:
             ray.get(run.board.fail.remote(str(err)))
         raise
-
-
-def user_error(e: BaseException | None) -> UserError | None:
-    """The UserError under Ray's wrappers (task errors, Ray Train's worker failures), if any."""
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, UserError) and not isinstance(e, ray.exceptions.RayError):
-            return e
-        failures = getattr(e, "worker_failures", None)
-        if failures:
-            found = [u for u in map(user_error, failures.values()) if u is not None]
-            return found[0] if found else None
-        e = getattr(e, "cause", None) or getattr(e, "_base_exc", None) or e.__cause__ or e.__context__
-    return None
 
 
 def _train_loop(config: dict, cfg, run: RunSpec) -> None:

@@ -1,6 +1,7 @@
 """The rollout service as a Ray actor, so the learner's rank 0 reaches it over Ray.
 
-    hub = start_hub(cfg, tasks_uri, version, weights, cursor, score=task_scores)
+    hub, started = start_hub(cfg, tasks_uri, version, weights, cursor, score=task_scores)
+    ray.get(started)                                # its workers hold the policy (or their start failure)
     groups = ray.get(hub.take.remote(n, step, 5.0)) # the batch of optimizer step `step` (None: not yet)
     batch = ray.get(hub.batch.remote(step, v, 5.0)) # the same with its rollout metrics (rollout.source.Batch)
     hub.push.remote(uri, version)                   # returns at once; workers swap between steps
@@ -206,9 +207,10 @@ def restarted() -> bool:
 
 def start_hub(cfg: Any, tasks: str, version: int = 0, weights: str | None = None, cursor: dict | None = None,
               workers: list | None = None, score: Scorer | None = None):
-    """The hub actor (no CPU of its own: its workers hold the engines' CPUs). Ray restarts it
-    as often as Ray Train restarts the learner (learn.max_failures)."""
+    """(the hub actor, a reference that resolves once its workers hold the policy and raises their
+    start failure, as one error): the caller starts the learner while the workers load. The hub
+    has no CPU of its own (its workers hold the engines' CPUs); Ray restarts it as often as Ray
+    Train restarts the learner (learn.max_failures)."""
     actor = ray.remote(RolloutHub).options(num_cpus=0, max_concurrency=8, max_restarts=cfg.learn.max_failures)
     hub = actor.remote(cfg, tasks, version, weights, cursor, workers=workers, score=score)
-    ray.get(hub.version.remote())  # surfaces a start failure here, as one error
-    return hub
+    return hub, hub.version.remote()
