@@ -38,7 +38,7 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch: Callable[[int, dic
     from pipelines.learn.weights import FolderPublisher
 
     steps = steps_of(cfg, req)
-    check_sampling(cfg.rollout)
+    check_rollouts(cfg.rollout)
     checked = check_out(cfg, req, steps, "rl")
     tasks = training_rows(cfg, req, checked, need_evidence=False)
     run = run_spec(cfg, req, checked, tasks, sft=False)
@@ -59,8 +59,12 @@ def main(cfg: Config, req: TrainRequest, tracker=None, watch: Callable[[int, dic
     return finish(cfg, run, state, result, progress, tracker)
 
 
-def check_sampling(r: RolloutConfig) -> None:
-    """The ratio would divide by a cut distribution: the learner scores the full one."""
+def check_rollouts(r: RolloutConfig) -> None:
+    """What the rollout workers would only find once started: a reward that does not import, and
+    a cut sampling distribution (the ratio would divide by it: the learner scores the full one)."""
+    from pipelines.rollout.rewards import load_reward
+
+    load_reward(r.reward)
     if r.top_p < 1.0:
         raise UserError(f"rollout.top_p={r.top_p}: training samples with top_p=1 (the learner "
                         "scores the full distribution)")

@@ -90,6 +90,13 @@ def test_a_model_folder_that_is_not_a_model(capsys, tmp_path, tasks, base):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_reward_that_does_not_import(capsys, tmp_path, tasks, base):
+    args = [*base, "rollout.reward=nowhere:fn"]
+    check_error(train(capsys, "--tasks", tasks, "--out", str(tmp_path / "out"), *args),
+                "rollout.reward 'nowhere:fn'", "cannot import")
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_without_a_checkpoint(capsys, tmp_path, tasks, base):
     check_error(train(capsys, "--resume", "--tasks", tasks, "--out", str(tmp_path / "out"), *base), "--resume",
                 "no checkpoint", str(tmp_path / "out"))
