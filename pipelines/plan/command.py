@@ -24,7 +24,7 @@ from pipelines.config import Config, load_config
 from pipelines.errors import UserError
 from pipelines.ingest.builders.common import parse_lengths
 from pipelines.plan.cost import QUESTION_TOKENS, Budgets, StepPlan, docs_per_hour, mean_rollout, plan_step
-from pipelines.plan.hardware import Accelerator, ModelShape, accelerator, model_shape
+from pipelines.plan.hardware import Accelerator, ModelShape, accelerator, cpu_accelerator, model_shape
 
 RELEASE_TEMPLATE = 116  # pipelines/cluster/window.py's count where no tokenizer is on this machine
 
@@ -182,11 +182,15 @@ BATCH = ["engine.cpu_cores=0-1", "agent.chunk_size=256", "agent.memory_budget=32
          "serve.replica_cpus=1", "engine.max_num_seqs=64", "serve.max_ongoing_requests=32"]
 BATCH_DOCS = [200, 450, 700]  # 200-700-token documents, uniform
 PAPER_14B = ["model.path=s3://models/Qwen2.5-14B-Instruct"]
+# The CPU those runs measured on (an AMD EPYC, Zen 5: AVX-512 on 512-bit pipes, with bf16): the
+# estimates are for it, whatever machine prints the comparison (one with AVX2 only has a quarter of
+# its peak, and its estimate would be compared with another machine's figures).
+MEASURED_CPU = "vendor_id\t: AuthenticAMD\ncpu MHz\t\t: 2445.4\nflags\t\t: fma avx2 avx512f avx512_bf16 avx512_vp2intersect\n"
 
 
 @functools.cache  # fixed workloads: the same figures for every plan
 def comparisons() -> list[dict]:
-    cpu = accelerator("cpu")
+    cpu = cpu_accelerator(MEASURED_CPU)
     bench = load_config("rl-smollm2", PIPELINE)
     m = model_shape(bench.model.path)
     step = rl_step(bench, m, cpu, template_tokens(bench))
