@@ -16,7 +16,7 @@ from pipelines.errors import UserError
 from pipelines.learn import runs
 from pipelines.learn.checkpoint import LearnerState
 from pipelines.learn.curve import load_history, merge_history, save_history
-from pipelines.learn.launch import RunSpec
+from pipelines.learn.spec import RunSpec
 from pipelines.storage import absolute_uri, exists
 
 
