@@ -28,9 +28,9 @@ from pipelines.errors import UserError
 from pipelines.learn import checkpoint as ckpt
 from pipelines.learn.batch import rl_batch
 from pipelines.learn.config import LearnConfig
-from pipelines.learn.spec import RunSpec, user_error
 from pipelines.learn.policy import Policy
 from pipelines.learn.sftdata import CHOICE_TOKENS, Heldout, heldout_seqs, seq_of
+from pipelines.learn.spec import RunSpec, user_error
 from pipelines.learn.weights import FolderPublisher, save_hf_folder
 from pipelines.rollout.source import Batch, Evaluation
 from pipelines.storage import full_disk, no_space, staged_dir
