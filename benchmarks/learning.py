@@ -10,6 +10,7 @@ so the benchmark can be stopped and re-run across sessions.
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
     .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
+    .venv/bin/python benchmarks/learning.py --suite essay --rl-seeds 1   # the needles in essay text, 1x-16x
     .venv/bin/python benchmarks/learning.py --suite squad --stages sft,rl,seeds,eval   # SQuAD, 1x-16x, 3 RL seeds
     .venv/bin/python benchmarks/learning.py --stages eval --ladder rl   # a trained model at 1x..16x
     .venv/bin/python benchmarks/learning.py --stages sft,eval --models sft --work W --results R \
@@ -86,7 +87,7 @@ class Suite:
 
     tasks: str
     presets: dict[str, str]
-    agent: list[str]
+    agent: list[str]  # the agent's sizes and the rows' settings at evaluation
     lengths: tuple[str, ...]  # 1x (the training length), 4x[, 16x: every 1x and 4x cell then has n rows]
     n: tuple[int, int]  # (cells that carry a target, the others)
     steps: tuple[int, int]  # (SFT, RL)
@@ -94,12 +95,19 @@ class Suite:
     targets: Targets | None = None  # printed met / not met when set
     quick: tuple[str, ...] = ()  # --quick's training overrides
     quick_n: tuple[int, int] = (16, 16)  # --quick's n
+    train: tuple[str, ...] = ()  # every training's overrides of its preset
 
 
 SUITES = {
     "needles": Suite("niah_single,niah_multikey", {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"},
                      ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32"], ("1K", "4K"),
                      (200, 64), (30, 40), ""),
+    # The needles in real text (issue #35): Paul Graham's essays as the haystack, whose sentences look
+    # like needles' ("One of Silicon Valley's biggest advantages is ..."), trained and held out there.
+    "essay": Suite("niah_single,niah_multikey", {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"},
+                   ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32", "eval.haystack=essay"],
+                   ("1K", "4K", "16K"), (200, 64), (30, 40), "essay", Targets(30, 20, 0.8, 5),
+                   train=("learn.haystack=essay",)),
     "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
                       (64, 64), (20, 12), "hotpotqa"),  # RL: 11.5 min a step (most groups all-equal)
@@ -455,7 +463,7 @@ class Models:
         r = self.recipes[name]
         if r.stage not in self.stages and not (self.work / name / "done.json").exists():
             return None
-        extra = [*self.suite.quick] if self.args.quick else []
+        extra = [*self.suite.train, *(self.suite.quick if self.args.quick else ())]
         if r.kind == "rl":
             if (sft := self.get("sft")) is None:
                 sys.exit(f"learning: {name} starts from the SFT model: add sft to --stages (none in {self.work})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from pipelines.agent.config import Method
@@ -15,6 +17,9 @@ class EvalConfig(Strict):
     seed: int = 0
     # Task rows (parquet file or folder, local or s3://); None: built on the fly for `seed`.
     dataset: str | None = None
+    # The haystack of needle rows built on the fly: RULER's repeated noise sentences (the committed
+    # ladder and learning cells') or Paul Graham's essays (real text, learn.haystack's default).
+    haystack: Literal["noise", "essay"] = "noise"
     # Results folder (local or s3://); None: HOME/eval/<model name>-<seed>.
     out: str | None = None
     # memagent: the memory loop; truncation: one turn over as much of the document as fits the

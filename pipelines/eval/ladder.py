@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipelines import logs
 from pipelines.config import Config
+from pipelines.data.tasks import TaskRow
 from pipelines.errors import UserError
 from pipelines.eval.records import gate_metrics
 from pipelines.eval.report import flat_metrics, format_table, length_series, plot, table_csv, trace_markdown
@@ -130,8 +132,10 @@ def run_method(cfg: Config, out: str, cells: list[Cell], workers: list, tokenize
         bar.update(len(records))
         return records
 
-    rows = book.rows(cells, lambda c: cell_rows(c[0], c[1], list(e.lengths), e.n, e.seed, e.dataset, tokenizer),
-                     saved)
+    def built(c: Cell) -> Iterator[TaskRow]:
+        return cell_rows(c[0], c[1], list(e.lengths), e.n, e.seed, e.dataset, tokenizer, e.haystack)
+
+    rows = book.rows(cells, built, saved)
     spec = RolloutSpec(a.temperature, a.top_p, method=method, window=window(cfg), seed=a.seed)
     try:
         for item in run_groups(cfg, rows, spec, workers=workers):

@@ -25,15 +25,16 @@ def dataset_rows(uri: str, task: str, length: str, lengths: list[str], n: int) -
     return itertools.islice(rows, n)
 
 
-def built_rows(task: str, tokens: int, n: int, seed: int, tokenizer) -> Iterator[TaskRow]:
+def built_rows(task: str, tokens: int, n: int, seed: int, tokenizer, haystack: str = "noise") -> Iterator[TaskRow]:
     """Rows from the ingest stage's offline task builders for this seed, documents inline
-    (generated lazily, one at a time; nothing is written to a store)."""
+    (generated lazily, one at a time; nothing is written to a store); needles in HAYSTACK."""
     from pipelines.ingest.builders import TASKS
     from pipelines.ingest.builders.build import BuildRequest, sample_stream, tag
 
     if task not in TASKS:
         raise UserError(f"task '{task}': unknown (known: {', '.join(TASKS)}); or pass --dataset")
-    req = BuildRequest(task=task, lengths=str(tokens), n=n, out="", store="", seed=seed, split="eval")
+    req = BuildRequest(task=task, lengths=str(tokens), n=n, out="", store="", seed=seed, split="eval",
+                       haystack=haystack)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         count = lambda text: len(backend.encode(text, add_special_tokens=False).ids)  # noqa: E731
@@ -45,7 +46,7 @@ def built_rows(task: str, tokens: int, n: int, seed: int, tokenizer) -> Iterator
 
 
 def cell_rows(task: str, length: str, lengths: list[str], n: int, seed: int, dataset: str | None,
-              tokenizer) -> Iterator[TaskRow]:
+              tokenizer, haystack: str = "noise") -> Iterator[TaskRow]:
     if dataset:
         return dataset_rows(dataset, task, length, lengths, n)
-    return built_rows(task, parse_length(length), n, seed, tokenizer)
+    return built_rows(task, parse_length(length), n, seed, tokenizer, haystack)

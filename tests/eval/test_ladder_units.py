@@ -144,6 +144,10 @@ def test_cell_rows_built_on_the_fly_or_from_a_dataset(tokenizer, needle_dataset)
     assert all(900 < r.doc_tokens <= 1024 for r in rows)
     assert [r.sample_id for r in cell_rows("niah_single", "1K", ["1K"], 2, 7, None, tokenizer)] == [
         r.sample_id for r in rows]  # the same seed builds the same rows
+    essays = list(cell_rows("niah_single", "1K", ["1K"], 2, 7, None, tokenizer, "essay"))
+    assert all("/essay" in r.sample_id and "special magic" in r.context for r in essays)
+    assert not {r.context for r in essays} & {r.context for r in rows}  # real text, not the noise sentences
+    assert all("The grass is green" not in r.context for r in essays)
     picked = list(cell_rows("niah_test", "2K", ["1K", "2K"], 5, 0, needle_dataset, tokenizer))
     assert len(picked) == 3 and all(r.sample_id.startswith("niah-2000-") for r in picked)
     with pytest.raises(UserError, match="task 'nope': unknown"):
