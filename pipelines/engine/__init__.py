@@ -23,7 +23,7 @@ def create_engine(model_dir: str, cfg: EngineConfig, version: int = 0) -> Engine
         return HFBatchEngine(model_dir, cfg, version)
     from pipelines.engine.hf_engine import HFEngine
 
-    return HFEngine(model_dir, cfg.dtype, version)
+    return HFEngine(model_dir, cfg.compute_dtype(), version)
 
 
 def refuse_stand_in(cfg: EngineConfig, command: str) -> None:

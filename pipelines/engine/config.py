@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from pipelines.typed import Strict
 
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # CPU flags of cores that compute bf16 natively
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's flags from /proc/cpuinfo (or the text CPUINFO); none where it cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    line = next((x for x in cpuinfo.splitlines() if x.startswith("flags")), "flags:")
+    return frozenset(line.split(":", 1)[1].split())
+
 
 class EngineConfig(Strict):
     kind: Literal["vllm", "hf", "hf_batch", "echo"] = "vllm"  # echo: benchmarks only (echo_engine.py)
-    dtype: str = "bfloat16"
+    # auto: bfloat16 on GPUs and on CPUs that compute it natively (BF16_FLAGS), else float32, which
+    # vLLM's CPU build runs 2.5x as fast as its emulated bf16 on an AVX2-only core (benchmarks/README.md).
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     max_model_len: int = 8192
     max_num_seqs: int = 64
     enforce_eager: bool = True
@@ -33,6 +49,12 @@ class EngineConfig(Strict):
     seed: int = 0
     # hf_batch: tokens one forward step packs (prefill chunks + decodes).
     max_batch_tokens: int = Field(2048, gt=0)
+
+    def compute_dtype(self, cpuinfo: str | None = None) -> str:
+        """The dtype the engine computes in: dtype, with auto resolved for this machine."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.use_gpu or BF16_FLAGS & cpu_flags(cpuinfo) else "float32"
 
     @property
     def num_gpus(self) -> int:

@@ -69,7 +69,7 @@ class VLLMEngine:
             os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(cfg))
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.cpu_cores or "auto"
         args = AsyncEngineArgs(
-            model=model_dir, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+            model=model_dir, dtype=cfg.compute_dtype(), max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=cfg.seed,
             tensor_parallel_size=cfg.tensor_parallel_size, disable_log_stats=True,
             # Logprobs of the distribution sampled from (after temperature and top_p), not

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pipelines.engine.config import BF16_FLAGS, cpu_flags
 from pipelines.errors import UserError
 
 
@@ -48,10 +49,10 @@ def cpu_accelerator(cpuinfo: str | None = None) -> Accelerator:
     where the core has avx512_bf16 or AMX. Half of that is assumed reached."""
     text = cpuinfo if cpuinfo is not None else _read("/proc/cpuinfo")
     mhz = next((float(line.split(":")[1]) for line in text.splitlines() if line.startswith("cpu MHz")), 2500.0)
-    flags = set(next((line.split(":")[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    flags = cpu_flags(text)
     amd = "AuthenticAMD" in text
     wide = "avx512f" in flags and (not amd or "avx512_vp2intersect" in flags)
-    per_cycle = (64 if wide else 32) * (2 if {"avx512_bf16", "amx_bf16"} & flags else 1)
+    per_cycle = (64 if wide else 32) * (2 if BF16_FLAGS & flags else 1)
     return Accelerator("cpu", mhz * 1e6 * per_cycle, CPU_CORE_BW, unit="core", mfu=0.5, bw_util=0.6)
 
 

@@ -24,7 +24,7 @@ from tests.eval.needles import ladder_overrides
 
 pytestmark = pytest.mark.slow
 METHODS = ("memagent", "truncation", "full")
-VLLM = ["engine.kind=vllm", "engine.dtype=bfloat16", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048",
+VLLM = ["engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048",
         "engine.max_num_seqs=16", "rollout.worker_num_cpus=0.5"]
 
 
