@@ -122,8 +122,8 @@ def main() -> None:
     from pipelines.learn.weights import FolderPublisher
     from pipelines.models import config_model_dir
 
-    # The learner as the SmolLM2 RL preset trains it (top 10 layers, 1024-token micro-batches, bf16
-    # autocast; agent budgets of the learning benchmark), with every core.
+    # The learner as the SmolLM2 RL preset trains it (top 10 layers, 1024-token micro-batches,
+    # learn.autocast as resolved here; agent budgets of the learning benchmark), with every core.
     cfg = load_config(str(PRESET), [*args.overrides])
     torch.set_num_threads(os.cpu_count() or 1)
     model_dir = str(config_model_dir(cfg))
@@ -134,7 +134,7 @@ def main() -> None:
     policy = Policy(model_dir, cfg.learn, temperature=1.0)
     masked = Policy(model_dir, cfg.learn, temperature=1.0)
     masked.model.config._attn_implementation = "sdpa"
-    budget, autocast = cfg.learn.token_budget, cfg.learn.autocast
+    budget, autocast = cfg.learn.token_budget, policy.autocast
     t = interleaved({"ours": lambda: policy.step(batch), "masked": lambda: masked.step(batch),
                      "ceiling": lambda: ceiling_step(policy.model, batch, budget, 1.0, autocast)}, steps)
     del masked

@@ -76,8 +76,10 @@ class LearnConfig(Strict):
     # CPU cores, and it bounds activation memory. A GPU takes far more (the cluster preset: 32768).
     token_budget: int = Field(1024, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
-    # Mixed precision: bf16 matmuls over these float32 weights (pipelines/learn/forward.py).
-    autocast: bool = True  # ~2.5x faster steps on AVX512-BF16 cores; the loss stays float32
+    # Mixed precision: bf16 matmuls over these float32 weights (pipelines/learn/forward.py); the loss
+    # stays float32. ~2.5x faster steps on AVX512-BF16 cores, ~20x slower on AVX2-only ones, which
+    # emulate bf16. auto: on where the worker computes bf16 natively (a GPU, engine.config.BF16_FLAGS).
+    autocast: bool | Literal["auto"] = "auto"
     # Activation checkpointing per decoder layer: keeps only each layer's input and recomputes the
     # rest in backward (~1/3 more compute), so a long packed micro-batch fits a GPU.
     grad_checkpoint: bool = False
@@ -155,6 +157,14 @@ class LearnConfig(Strict):
     registry_name: str = "memagent"
     continuous: ContinuousConfig = ContinuousConfig()
     sft: SftConfig = SftConfig()
+
+    def bf16_autocast(self, cpuinfo: str | None = None) -> bool:
+        """autocast, with auto resolved for the machine this runs on (a learner: its worker's)."""
+        if self.autocast != "auto":
+            return self.autocast
+        from pipelines.engine.config import BF16_FLAGS, cpu_flags
+
+        return self.use_gpu or bool(BF16_FLAGS & cpu_flags(cpuinfo))
 
     def for_mode(self, sft: bool) -> LearnConfig:
         """The settings one run uses: `sft:`'s over the rest for the warm start, the rest for RL."""

@@ -131,29 +131,30 @@ class Policy:
         carries whole-batch weights) or averaged (SFT); None: not sharded. device: where the
         model and every micro-batch live (a Ray Train GPU worker's cuda device)."""
         self.cfg, self.temperature, self._sync = cfg, temperature, sync
+        self.autocast = cfg.bf16_autocast()
         self.device = torch.device(device)
         self.model = load_model(model_dir, cfg.dtype, cfg.grad_checkpoint)
         self.params = make_trainable(self.model, cfg)
         self.sharded, self._scale, self._originals = fsdp is not None, 1.0, {}
         if self.sharded:
-            sharding.shard(self.model, bf16=cfg.autocast, device=self.device)
+            sharding.shard(self.model, bf16=self.autocast, device=self.device)
             self._scale = sharding.loss_scale(fsdp)
             self.params = [p for p in self.model.parameters() if p.requires_grad]
         else:
-            if cfg.autocast and cfg.freeze_layers and cfg.lora is None:
+            if self.autocast and cfg.freeze_layers and cfg.lora is None:
                 self._originals = store_frozen_bf16(self.model, cfg.freeze_layers)
             self.model.to(self.device)  # in place: self.params stay the model's parameters
         self.opt, self.sched = make_optimizer(self.params, cfg)
         self.ref = load_model(model_dir, cfg.dtype).eval() if cfg.kl_coef > 0 else None
         if self.ref is not None and self.sharded:
-            sharding.shard(self.ref, bf16=cfg.autocast, device=self.device)
+            sharding.shard(self.ref, bf16=self.autocast, device=self.device)
         elif self.ref is not None:
             self.ref.to(self.device)
 
     def _logprobs(self, model, packed, temperature: float):
         if self.sharded:
             return sharding.response_logprobs(model, packed, temperature)
-        return response_logprobs(model, packed, temperature, self.cfg.autocast)
+        return response_logprobs(model, packed, temperature, self.autocast)
 
     def _passes(self, micro: list[list[int]]) -> list[list[int] | None]:
         """This rank's micro-batches; sharded, padded with empty passes (None) to the ranks' largest count."""

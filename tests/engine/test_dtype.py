@@ -1,5 +1,6 @@
 """engine.dtype=auto: bfloat16 where it is computed natively (a GPU, a CPU with AVX512-BF16 or AMX),
-float32 elsewhere (vLLM's CPU build emulates bf16 there, 2.5x slower); a set dtype always wins."""
+float32 elsewhere (vLLM's CPU build emulates bf16 there, 2.5x slower); a set dtype always wins.
+learn.autocast=auto follows the same rule (bf16 autocast on an AVX2-only core: ~20x slower steps)."""
 
 import pytest
 from pydantic import ValidationError
@@ -29,3 +30,14 @@ def test_a_set_dtype_wins_and_a_bad_one_is_refused():
 
 def test_flags_are_read_from_the_first_flags_line():
     assert cpu_flags(ZEN5) >= {"avx512_bf16", "avx2"} and cpu_flags("no flags here") == frozenset()
+
+
+def test_learn_autocast_auto_follows_the_same_rule():
+    from pipelines.config import load_config
+
+    learn = load_config(None).learn
+    assert learn.autocast == "auto"
+    assert not learn.bf16_autocast(ZEN3) and learn.bf16_autocast(ZEN5) and learn.bf16_autocast(SAPPHIRE_RAPIDS)
+    assert learn.model_copy(update={"use_gpu": True}).bf16_autocast(ZEN3)
+    assert load_config(None, ["learn.autocast=false"]).learn.bf16_autocast(ZEN5) is False
+    assert load_config(None, ["learn.autocast=true"]).learn.bf16_autocast(ZEN3) is True
