@@ -23,6 +23,12 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return frozenset(line.split(":", 1)[1].split())
 
 
+def native_bf16(use_gpu: bool, cpuinfo: str | None = None) -> bool:
+    """Whether this machine computes bf16 natively: on a GPU, or on a CPU with BF16_FLAGS. Where it
+    does not, vLLM's CPU build and PyTorch emulate it (engine.dtype and learn.autocast `auto`)."""
+    return use_gpu or bool(BF16_FLAGS & cpu_flags(cpuinfo))
+
+
 class EngineConfig(Strict):
     kind: Literal["vllm", "hf", "hf_batch", "echo"] = "vllm"  # echo: benchmarks only (echo_engine.py)
     # auto: bfloat16 on GPUs and on CPUs that compute it natively (BF16_FLAGS), else float32, which
@@ -54,7 +60,7 @@ class EngineConfig(Strict):
         """The dtype the engine computes in: dtype, with auto resolved for this machine."""
         if self.dtype != "auto":
             return self.dtype
-        return "bfloat16" if self.use_gpu or BF16_FLAGS & cpu_flags(cpuinfo) else "float32"
+        return "bfloat16" if native_bf16(self.use_gpu, cpuinfo) else "float32"
 
     @property
     def num_gpus(self) -> int:

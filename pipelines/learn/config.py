@@ -162,9 +162,9 @@ class LearnConfig(Strict):
         """autocast, with auto resolved for the machine this runs on (a learner: its worker's)."""
         if self.autocast != "auto":
             return self.autocast
-        from pipelines.engine.config import BF16_FLAGS, cpu_flags
+        from pipelines.engine.config import native_bf16
 
-        return self.use_gpu or bool(BF16_FLAGS & cpu_flags(cpuinfo))
+        return native_bf16(self.use_gpu, cpuinfo)
 
     def for_mode(self, sft: bool) -> LearnConfig:
         """The settings one run uses: `sft:`'s over the rest for the warm start, the rest for RL."""
