@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "test-token"
 S3_ALLOWED = "s3://memagent-test/serve"
-N_DOCS, N_ROWS = 10, 32  # 32 rows: 4 shards of 8, the kills land after the first
+N_DOCS, N_ROWS, SHARD = 10, 16, 4  # 16 rows: 4 shards of 4, the kills land after the first
 
 
 
@@ -57,7 +57,7 @@ def served(s3, store, tmp_path_factory):
         "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=16",
         "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
         "serve.replicas=2", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=4",
-        "serve.max_queued_requests=2", "serve.retry_after_s=1", "serve.shard_rows=8", "serve.max_doc_tokens=2000",
+        "serve.max_queued_requests=2", "serve.retry_after_s=1", f"serve.shard_rows={SHARD}", "serve.max_doc_tokens=2000",
         f"serve.store={store}", f"serve.state_dir={state}",
         # every test's tmp_path may be named; `outside` below may not
         f"serve.allowed_paths=[{tmp_path_factory.getbasetemp()}]", f"serve.allowed_s3_prefixes=[{S3_ALLOWED}]"])
@@ -204,7 +204,7 @@ def test_batch_job_survives_killed_replica_and_job_manager(client, served, tmp_p
     r = client.post("/v1/jobs", json=body)
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
-    wait_job(client, job_id, lambda s: s["done"] >= 8)
+    wait_job(client, job_id, lambda s: s["done"] >= SHARD)
     victim = serve_pids(cfg, "Agent")[0]
     kill_tree(victim)
     for pid in serve_pids(cfg, "Jobs"):
