@@ -12,7 +12,7 @@ quickstart: setup
 test: setup
 	.venv/bin/python -m pytest -q --durations=60 tests
 
-unit: setup  # the tests not marked slow (no vLLM engine, cluster or chaos fault)
+unit: setup  # the tests not marked slow (no vLLM engine, training run, cluster or chaos fault)
 	.venv/bin/python -m pytest -q -m "not slow" tests
 
 # The images (infra/image/): `make image` is the GPU one infra/k8s/ runs, `make image-cpu` the

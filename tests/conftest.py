@@ -76,3 +76,4 @@ def ray_session():
     S3 server's endpoint and keys requests `s3` first, so that Ray starts with them set."""
     with local_ray():
         yield
+

@@ -17,6 +17,8 @@ import pytest
 
 from tests.support import OURS, REPO, cli_env, only_log, run_cli
 
+pytestmark = pytest.mark.slow
+
 TINY = ["agent.chunk_size=128", "agent.memory_budget=8", "agent.final_budget=8", "track.enabled=false"]
 
 

@@ -22,6 +22,8 @@ from tests.support import check_error
 from tests.learn.conftest import rl_overrides
 from tests.learn.rows import synthetic_rows, token_counter
 
+pytestmark = pytest.mark.slow
+
 
 class Proc:
     def __init__(self, returncode: int, stderr: str):

@@ -26,6 +26,8 @@ from tests.learn.conftest import kill_session
 from tests.learn.rows import synthetic_rows, token_counter
 from tests.tiny import TINY_LEARN_OVERRIDES
 
+pytestmark = pytest.mark.slow
+
 NAME = "continuous-test"
 
 

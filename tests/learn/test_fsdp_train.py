@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from safetensors.torch import load_file
 
 from pipelines.data.tasks import write_task_rows
 from tests.support import run_cli
 from tests.learn.conftest import rl_overrides
 from tests.learn.rows import synthetic_rows, token_counter
+
+pytestmark = pytest.mark.slow
 
 FSDP = ["learn.num_workers=2", "learn.strategy=fsdp2", "learn.cpus_per_worker=0.5", "learn.threads=1"]
 

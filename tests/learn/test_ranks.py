@@ -19,6 +19,8 @@ from pipelines.learn.trainer import grad_sync
 from tests.support import free_port
 from tests.tiny import TINY_LEARN
 
+pytestmark = pytest.mark.slow
+
 CFG = LearnConfig(lr=1e-3, token_budget=64, grad_clip=1e9, seed=0, **TINY_LEARN)
 
 

@@ -13,6 +13,8 @@ from safetensors.torch import load_file
 
 from tests.learn.conftest import BATCH_GROUPS, BUFFER_GROUPS, KILL_AT, N_ROWS, STEPS
 
+pytestmark = pytest.mark.slow
+
 
 def used(cursor: dict) -> set[int]:
     return set(range(cursor["start"])) | set(cursor["done"])

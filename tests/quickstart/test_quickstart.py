@@ -22,6 +22,8 @@ import pytest
 
 from tests.support import REPO
 
+pytestmark = pytest.mark.slow
+
 SMALL = ["engine.kind=hf", "engine.dtype=float32", "learn.freeze_layers=0", "learn.autocast=false",
          "quickstart.train_n=4", "quickstart.heldout_n=3", "quickstart.batch_n=2", "quickstart.sft.steps=2",
          "quickstart.sft.sft_batch=4", "quickstart.sft.checkpoint_every=1", "quickstart.rl.steps=1",

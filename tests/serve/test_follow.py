@@ -16,6 +16,8 @@ from pipelines.models.registry import register_model
 from pipelines.track.config import TrackConfig
 from tests.serve.running import running_app, token_client
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "follow-token"
 NAME = "follow-test"
 
