@@ -25,7 +25,8 @@ from pipelines.config import Config
 from pipelines.data.tasks import TaskRow
 from pipelines.errors import UserError
 from pipelines.eval.records import gate_metrics
-from pipelines.eval.report import flat_metrics, format_table, length_series, plot, table_csv, trace_markdown
+from pipelines.eval.report import (Summary, flat_metrics, format_table, length_series, plot, table_csv,
+                                   trace_markdown)
 from pipelines.eval.results import (RECORD_VERSION, cell_uri, check_meta, clear_parts, has_cell, parts_uri,
                                     read_cell, read_parts, summarize, write_cell, write_part)
 from pipelines.eval.stats import parse_length
@@ -169,21 +170,29 @@ def save_parts(book, out: str, at_least: int) -> None:
         write_part(records, parts_uri(out, *cell))
 
 
+def summary_files(cells: dict[Cell, list[dict]], tasks: list[str], lengths: list[str],
+                  methods: list[str]) -> tuple[Summary, dict, dict[str, str]]:
+    """An evaluation folder's cells -> their summaries, the summary document ({"metrics": eval/
+    scores and gate/ rates, "table": task -> length -> method -> summary}) and the folder's
+    table.md, table.csv and summary.json."""
+    summary = {c: summarize(recs) for c, recs in cells.items()}
+    metrics = flat_metrics(summary)
+    for c, recs in cells.items():
+        metrics.update(gate_metrics(c, recs))
+    nested: dict = {}
+    for (task, length, method), cell in summary.items():
+        nested.setdefault(task, {}).setdefault(length, {})[method] = cell
+    document = {"metrics": metrics, "table": nested}
+    return summary, document, {"table.md": format_table(summary, tasks, lengths, methods),
+                               "table.csv": table_csv(summary), "summary.json": json.dumps(document, indent=1)}
+
+
 def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
     """Summaries of every finished cell -> table, CSV, JSON, plot, traces; logged and saved."""
     e = cfg.eval
     cells = {c: read_cell(cell_uri(out, *c)) for c in plan(cfg) if has_cell(cell_uri(out, *c))}
-    summary = {c: summarize(recs) for c, recs in cells.items()}
-    table = format_table(summary, e.tasks, e.lengths, e.methods)
-    metrics = flat_metrics(summary)
-    for c, recs in cells.items():
-        metrics.update(gate_metrics(c, recs))
-    nested = {}
-    for (task, length, method), cell in summary.items():
-        nested.setdefault(task, {}).setdefault(length, {})[method] = cell
+    summary, document, files = summary_files(cells, e.tasks, e.lengths, e.methods)
     with tempfile.TemporaryDirectory() as tmp:
-        files = {"table.md": table, "table.csv": table_csv(summary),
-                 "summary.json": json.dumps({"metrics": metrics, "table": nested}, indent=1)}
         for name, text in files.items():
             (Path(tmp) / name).write_text(text)
         plot(summary, e.tasks, e.lengths, e.methods, Path(tmp) / "accuracy_vs_length.png")
@@ -199,10 +208,10 @@ def finalize(cfg: Config, out: str, tracker: Tracker) -> dict:
         for path in sorted(traces.iterdir()):
             tracker.log_artifact(path, "eval/traces")
     tracker.log_traces(eval_traces(cells, e.traces))
-    tracker.log_metrics(metrics)
+    tracker.log_metrics(document["metrics"])
     for tokens, series in sorted(length_series(summary).items()):  # accuracy against length, drawn by MLflow
         tracker.log_metrics(series, step=tokens)
-    return {"out": out, "table": table, "summary": nested, "metrics": metrics}
+    return {"out": out, "table": files["table.md"], "summary": document["table"], "metrics": document["metrics"]}
 
 
 def main(cfg: Config, workers: list | None = None) -> dict:

@@ -12,13 +12,13 @@ by the paper's lenient sub_em.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from pipelines.errors import UserError
-from pipelines.eval.report import LABELS, Summary, flat_metrics, format_table, plot, table_csv
-from pipelines.eval.results import read_cell, rescored, summarize, write_cell
+from pipelines.eval.ladder import summary_files
+from pipelines.eval.report import LABELS, Summary, plot
+from pipelines.eval.results import read_cell, rescored, write_cell
 from pipelines.eval.stats import parse_length
 
 
@@ -29,30 +29,21 @@ def eval_folders(root: Path) -> list[Path]:
 
 
 def rescore(folder: Path) -> Summary:
-    """The folder's cells rewritten with fresh scores; returns their summaries."""
-    summary: Summary = {}
+    """The folder's cells rewritten with fresh scores, then its summary files; returns the summaries."""
+    cells = {}
     for path in sorted((folder / "cells").glob("*/*/*.parquet")):
-        task, length, method = path.parent.parent.name, path.parent.name, path.stem
         records = [rescored(r) for r in read_cell(str(path))]
         write_cell(records, str(path))
-        summary[(task, length, method)] = summarize(records)
-    write_summary(folder, summary)
-    return summary
-
-
-def write_summary(folder: Path, summary: Summary) -> None:
-    """summary.json ({"metrics", "table"}), table.md and table.csv, as eval.ladder.finalize writes them."""
-    tasks = sorted({k[0] for k in summary})
-    lengths = sorted({k[1] for k in summary}, key=parse_length)
-    methods = sorted({k[2] for k in summary}, key=lambda m: (list(LABELS).index(m) if m in LABELS else len(LABELS), m))
-    nested: dict = {}
-    for (task, length, method), cell in summary.items():
-        nested.setdefault(task, {}).setdefault(length, {})[method] = cell
-    (folder / "summary.json").write_text(json.dumps({"metrics": flat_metrics(summary), "table": nested}, indent=1))
-    (folder / "table.md").write_text(format_table(summary, tasks, lengths, methods))
-    (folder / "table.csv").write_text(table_csv(summary))
+        cells[(path.parent.parent.name, path.parent.name, path.stem)] = records
+    tasks = sorted({k[0] for k in cells})
+    lengths = sorted({k[1] for k in cells}, key=parse_length)
+    methods = sorted({k[2] for k in cells}, key=lambda m: (list(LABELS).index(m) if m in LABELS else len(LABELS), m))
+    summary, _, files = summary_files(cells, tasks, lengths, methods)
+    for name, text in files.items():
+        (folder / name).write_text(text)
     if (folder / "accuracy_vs_length.png").exists():
         plot(summary, tasks, lengths, methods, folder / "accuracy_vs_length.png")
+    return summary
 
 
 def main(argv: list[str]) -> None:
