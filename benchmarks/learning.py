@@ -104,9 +104,11 @@ SUITES = {
                      (200, 64), (30, 40), ""),
     # The needles in real text (issue #35): Paul Graham's essays as the haystack, whose sentences look
     # like needles' ("One of Silicon Valley's biggest advantages is ..."), trained and held out there.
+    # RL 20 steps: the recipe's training within 2 hours on 2 cores in float32 (SFT's 30 steps took
+    # 38 min, an RL step about 3), where the noise haystack's RL ran 40 on faster cores.
     "essay": Suite("niah_single,niah_multikey", {"sft": "configs/sft-smollm2.yaml", "rl": "configs/rl-smollm2.yaml"},
                    ["agent.chunk_size=256", "agent.memory_budget=64", "agent.final_budget=32", "eval.haystack=essay"],
-                   ("1K", "4K", "16K"), (200, 64), (30, 40), "essay", Targets(30, 20, 0.8, 5),
+                   ("1K", "4K", "16K"), (200, 64), (30, 20), "essay", Targets(30, 20, 0.8, 5),
                    train=("learn.haystack=essay",)),
     "hotpotqa": Suite("hotpotqa", {"sft": "configs/sft-smollm2-hotpotqa.yaml", "rl": "configs/rl-smollm2-hotpotqa.yaml"},
                       ["agent.chunk_size=512", "agent.memory_budget=128", "agent.final_budget=64"], ("2K", "8K"),
