@@ -8,6 +8,7 @@ so the benchmark can be stopped and re-run across sessions.
 
     .venv/bin/python benchmarks/learning.py                      # niah_single + niah_multikey
     .venv/bin/python benchmarks/learning.py --stages sft,eval    # some stages only
+    .venv/bin/python benchmarks/learning.py --stages rl,eval --models rl --lengths 1K   # some cells only
     .venv/bin/python benchmarks/learning.py --quick              # n=16, short runs: the plumbing
     .venv/bin/python benchmarks/learning.py --suite hotpotqa     # HotpotQA at chunks of 512 (SUITES)
     .venv/bin/python benchmarks/learning.py --suite essay --rl-seeds 1   # the needles in essay text, 1x-16x
@@ -418,6 +419,7 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--rl-seeds", type=int, default=3, help="RL runs from the same SFT weights with the seeds stage, "
                    "learn.seed 0 (rl) to N-1 (rl-seed1, ...), each scored at 4x (default 3; --quick 2)")
     p.add_argument("--models", help="evaluate only these models' cells, e.g. rl-rollout_mean (default: every trained one)")
+    p.add_argument("--lengths", help="evaluate only the cells of these lengths, e.g. 1K (default: every length)")
     p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
     p.add_argument("--previous", help="another run's results folder: each model's memory-agent cells paired "
                                       "against that run's same-named ones (e.g. a new SFT recipe against the old)")
@@ -544,7 +546,8 @@ def run(args: argparse.Namespace) -> None:
     lad = ladder(args.ladder, suite.lengths[0], n_other) if args.ladder else None
     if "eval" in models.stages:
         for c in plan(n, n_other, suite.lengths, args.rl_seeds):
-            if (not args.models or c.model in args.models.split(",")) and (model := models.get(c.model)):
+            if (not args.models or c.model in args.models.split(",")) and \
+                    (not args.lengths or c.length in args.lengths.split(",")) and (model := models.get(c.model)):
                 evaluate(c, model, results, tasks, suite.agent)
                 write_summary(args, suite, models, results, tasks)
         if args.ladder:
