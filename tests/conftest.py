@@ -76,4 +76,3 @@ def ray_session():
     S3 server's endpoint and keys requests `s3` first, so that Ray starts with them set."""
     with local_ray():
         yield
-
