@@ -34,8 +34,8 @@ and 2 beside RL's 0, each scored at 4x: "rl_seeds" holds each seed's paired RL -
 effect must state).
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
-change to the preset (ABLATIONS), scored at 4x with n = --n and paired against RL's cells on the
-same rows. Cells already in the results folder stand for a model this session did not train
+change to the preset (ABLATIONS: curriculum, rollout_mean, and issue #35's tis and pass_filter),
+scored at 4x with n = --n and paired against RL's cells on the same rows. Cells already in the results folder stand for a model this session did not train
 (each cell's model.json names the weights it scored).
 Scores: the strict score (pipelines.agent.reward: every gold item claimed and nothing else; SQuAD's
 em for one-of rows) leads everywhere, in points with its 95% interval; the paper's lenient sub_em
@@ -134,6 +134,11 @@ ABLATIONS = {
     # chunks, 11-19 three, 20-29 four, the last ten the lengths mixed as without a curriculum.
     "curriculum": ["learn.curriculum=16"],
     "rollout_mean": ["learn.loss_agg=rollout_mean"],  # every rollout weighs the same, however many turns
+    # Issue #35's two switches, off in the presets until measured: truncated importance sampling on
+    # the learner/engine ratio (verl's cap, 2), and RL on the rows whose pass rate the starting model
+    # leaves in [0.01, 0.99] (4 probes a row). Their steps/hour: each run's train_minutes over its steps.
+    "tis": ["learn.tis_cap=2"],
+    "pass_filter": ["learn.pass_filter={samples: 4}"],
 }
 LADDER = (1, 2, 4, 8, 16)  # multiples of the training length (1x) a --ladder model is scored at
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",
