@@ -35,8 +35,9 @@ effect must state).
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
 change to the preset (ABLATIONS: curriculum, rollout_mean, and issue #35's tis and pass_filter),
-scored at 4x with n = --n and paired against RL's cells on the same rows. Cells already in the results folder stand for a model this session did not train
-(each cell's model.json names the weights it scored).
+scored at 4x with n = --n and paired against RL's cells on the same rows. Cells already in the
+results folder stand for a model this session did not train (each cell's model.json names the
+weights it scored).
 Scores: the strict score (pipelines.agent.reward: every gold item claimed and nothing else; SQuAD's
 em for one-of rows) leads everywhere, in points with its 95% interval; the paper's lenient sub_em
 stays beside it, labelled. `--rescore` scores the results folder's committed cells again from their
