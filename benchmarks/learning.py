@@ -34,7 +34,7 @@ and 2 beside RL's 0, each scored at 4x: "rl_seeds" holds each seed's paired RL -
 effect must state).
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
-change to the preset (ABLATIONS: curriculum, rollout_mean, and issue #35's tis and pass_filter),
+change to the preset (ABLATIONS: curriculum, rollout_mean, issue #35's tis and pass_filter, ground),
 scored at 4x with n = --n and paired against RL's cells on the same rows. Cells already in the
 results folder stand for a model this session did not train (each cell's model.json names the
 weights it scored).
@@ -140,6 +140,10 @@ ABLATIONS = {
     # leaves in [0.01, 0.99] (4 probes a row). Their steps/hour: each run's train_minutes over its steps.
     "tis": ["learn.tis_cap=2"],
     "pass_filter": ["learn.pass_filter={samples: 4}"],
+    # Half the reward per memory turn that states a number its prompt does not hold: the essay RL
+    # model wrote "... is: 2." before reading its needle in 7 of 24 first turns (SFT: 0 of 24),
+    # and at 16x every one of its 21 niah_single misses kept such a number to the end.
+    "ground": ["learn.ground_cost=0.5"],
 }
 LADDER = (1, 2, 4, 8, 16)  # multiples of the training length (1x) a --ladder model is scored at
 EVAL = ["engine.kind=vllm", "engine.max_model_len=4096", "agent.temperature=0.0", "eval.window=1024",

@@ -71,6 +71,9 @@ class LearnConfig(Strict):
     norm_std: bool = False  # Dr.GRPO: no division by the group's std
     # Reward cost per chunk read, subtracted from the answer's reward (agent.gates: exiting early pays).
     turn_cost: float = Field(0.0, ge=0)
+    # Reward cost per memory turn that states a number its prompt does not hold (invented before the
+    # needle was read, or cut short): pipelines/rollout/rewards.py. 0: off, until measured.
+    ground_cost: float = Field(0.0, ge=0)
     # Tokens one micro-batch packs (prompt + response of whole conversations, no padding).
     # 1024: packed attention is T x T, so ~2 conversations per micro-batch step ~2-3x faster than 4096 on
     # CPU cores, and it bounds activation memory. A GPU takes far more (the cluster preset: 32768).

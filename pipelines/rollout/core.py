@@ -20,7 +20,7 @@ from pipelines.engine.base import Engine, Sampling
 from pipelines.engine.driver import run_loop
 from pipelines.agent.reward import accuracy
 from pipelines.data.tasks import task_chunks
-from pipelines.rollout.rewards import compute_reward, load_reward, with_turn_cost
+from pipelines.rollout.rewards import compute_reward, invented_numbers, load_reward, with_costs
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
 
@@ -37,6 +37,7 @@ class RolloutSpec:
     window: int = 0  # the one-turn baselines' prompt + answer tokens
     seed: int | None = None  # per-request sampling seed: a reproducible evaluation
     turn_cost: float = 0.0  # subtracted from the reward per chunk read (learn.turn_cost)
+    ground_cost: float = 0.0  # subtracted per ungrounded memory turn (learn.ground_cost)
 
     @property
     def sampling(self) -> Sampling:
@@ -75,13 +76,21 @@ class WorkerCore:
             seconds = time.perf_counter() - start
         self.rollouts_done += 1
         value = compute_reward(reward, result.answer, row.answers, row.answer_kind, row.sample_id)
+        ungrounded = self.ungrounded(result)
         return Trajectory(
             sample_id=row.sample_id, group_id=task.group_id, index=index, turns=result.turns,
             memory=list(result.memory), answer=result.answer, prediction=result.prediction,
-            reward=with_turn_cost(value, spec.turn_cost, result.chunks_read),
+            reward=with_costs(value, turn_cost=spec.turn_cost, chunks_read=result.chunks_read,
+                              ground_cost=spec.ground_cost, ungrounded=ungrounded),
             accuracy=accuracy(result.prediction, row.answers, row.answer_kind),
             truncated=result.truncated, doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name,
-            malformed=result.malformed, chunks_unread=self.chunks_unread(row, result))
+            malformed=result.malformed, chunks_unread=self.chunks_unread(row, result), ungrounded=ungrounded)
+
+    def ungrounded(self, result: Any) -> int:
+        """Memory turns whose memory states a number their prompt does not hold (rewards.py)."""
+        memory_turns = [t for t in result.turns if not t.is_final]
+        return sum(bool(invented_numbers(self.codec.decode(t.prompt_ids), memory))
+                   for t, memory in zip(memory_turns, result.memory))
 
     def chunks_unread(self, row: Any, result: Any) -> int:
         """Chunks of the row's document an exited loop never read, by the row's document length

@@ -27,6 +27,7 @@ class MetricsTally:
     chunks_unread: int = 0
     memory_updates: int = 0
     malformed: int = 0
+    ungrounded: int = 0
 
     def add(self, groups: Iterable[Group], version: int | None = None) -> MetricsTally:
         """version: the consumer's policy version when these groups were taken."""
@@ -42,6 +43,7 @@ class MetricsTally:
                 self.memory_turns += len(memory)
                 self.memory_tokens += sum(memory)
                 self.staleness_sum += (version - t.version_min) if version is not None else 0
+                self.ungrounded += t.ungrounded
                 self.add_gates(t.chunks_read, t.chunks_unread, t.memory_updates, t.malformed)
         return self
 
@@ -64,6 +66,7 @@ class MetricsTally:
             "rollout/filtered_groups": float(filtered_groups),
             "rollout/turns": self.turns / n,
             "rollout/memory_tokens": self.memory_tokens / max(self.memory_turns, 1),
+            "rollout/ungrounded_rate": self.ungrounded / max(self.memory_turns, 1),
             "rollout/response_tokens": self.response_tokens / n,
             "rollout/tokens_per_s": self.response_tokens / seconds if seconds else 0.0,
             "rollout/staleness": self.staleness_sum / n,
@@ -85,7 +88,8 @@ def rollout_metrics(groups: list[Group], filtered_groups: int = 0, seconds: floa
                     version: int | None = None) -> dict[str, float]:
     """Means over the trajectories of `groups`.
 
-    reward_std is over trajectories (population std); memory_tokens is per memory turn;
+    reward_std is over trajectories (population std); memory_tokens and ungrounded_rate (memory
+    turns stating a number their prompt does not hold) are per memory turn;
     response_tokens per trajectory; tokens_per_s counts every response token over `seconds`;
     staleness is how far each trajectory's oldest turn lags `version` (0 when not given); the
     gate/ metrics are over all memory turns (pipelines.track.metrics).

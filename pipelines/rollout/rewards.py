@@ -4,13 +4,19 @@
 A reward is `f(response: str, answers: list[str]) -> float` (pipelines.agent.reward). The
 config names a user reward by dotted path so that every worker process can import it. An
 optional cost per chunk read (`learn.turn_cost`) is subtracted from it: with gates, reading on
-after the memory already answers then costs reward (GRU-Mem rewards its exit gate likewise).
+after the memory already answers then costs reward (GRU-Mem rewards its exit gate likewise). So is
+an optional cost per ungrounded memory turn (`learn.ground_cost`): one whose memory states a number
+its prompt (the question, the previous memory and the chunk: all the turn has read) does not hold.
+RL on 2-4 chunk documents taught SmolLM2 to write the question's needle sentence with an invented
+number ("... for rich-tower is: 2.") before reading the needle, which short documents forgive and
+long ones do not: the memory keeps it and the real needle, 58 chunks later, is passed over.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import re
 
 from pipelines.agent.reward import Reward, default_reward
 from pipelines.errors import UserError
@@ -40,6 +46,17 @@ def compute_reward(fn: Reward | None, response: str, answers: list[str], answer_
     return value
 
 
-def with_turn_cost(value: float, turn_cost: float, chunks_read: int) -> float:
-    """The answer's reward less turn_cost per chunk read (0: the paper's reward, unchanged)."""
-    return value - turn_cost * chunks_read if turn_cost else value
+_NUMBER = re.compile(r"\d+")
+
+
+def invented_numbers(prompt: str, memory: str) -> set[str]:
+    """The numbers (whole digit runs) `memory` states that its turn's `prompt` does not: invented,
+    or a read one cut short ("1185" for 1185699)."""
+    return set(_NUMBER.findall(memory)) - set(_NUMBER.findall(prompt))
+
+
+def with_costs(value: float, *, turn_cost: float = 0.0, chunks_read: int = 0, ground_cost: float = 0.0,
+               ungrounded: int = 0) -> float:
+    """The answer's reward less turn_cost per chunk read and ground_cost per ungrounded memory
+    turn (both 0: the paper's reward, unchanged)."""
+    return value - turn_cost * chunks_read - ground_cost * ungrounded

@@ -22,7 +22,8 @@ from pipelines.errors import UserError
 # 2: turns are agent TurnRecords (max_tokens added); `truncated`
 # 3: gates: each turn's `gate`; `malformed`, `chunks_unread`; chunks_read, memory_updates and
 #    exit_chunk as columns (derived from the turns)
-SCHEMA_VERSION = 3
+# 4: `ungrounded` (memory turns stating a number their prompt does not hold)
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Trajectory(GateCounts):
     worker: str
     malformed: int = 0  # gated memory turns whose marker was malformed
     chunks_unread: int = 0  # chunks an exited rollout left unread (of the row's document)
+    ungrounded: int = 0  # memory turns whose memory states a number their prompt does not hold
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -113,6 +115,7 @@ SCHEMA = pa.schema([
     ("worker", pa.string()),
     ("malformed", pa.int32()),
     ("chunks_unread", pa.int32()),
+    ("ungrounded", pa.int32()),
     ("version_min", pa.int64()),
     ("version_max", pa.int64()),
     ("chunks_read", pa.int32()),
@@ -142,7 +145,12 @@ def _from_v2(row: dict) -> dict:
     return {**row, "turns": turns, "malformed": 0, "chunks_unread": 0, "schema_version": 3}
 
 
-_UPGRADES = {2: _from_v2}  # version -> the row as the next version writes it
+def _from_v3(row: dict) -> dict:
+    """Rows written before the count: none counted (a v3 row's reward never paid for one)."""
+    return {**row, "ungrounded": 0, "schema_version": 4}
+
+
+_UPGRADES = {2: _from_v2, 3: _from_v3}  # version -> the row as the next version writes it
 
 
 def from_row(row: dict) -> Trajectory:

@@ -26,9 +26,10 @@ ROLLOUT_MEMORY_TOKENS = "rollout/memory_tokens"
 ROLLOUT_RESPONSE_TOKENS = "rollout/response_tokens"
 ROLLOUT_TOKENS_PER_S = "rollout/tokens_per_s"  # generated tokens per second (train: of the batches delivered)
 ROLLOUT_STALENESS = "rollout/staleness"  # policy versions behind the learner
+ROLLOUT_UNGROUNDED_RATE = "rollout/ungrounded_rate"  # memory turns stating a number their prompt lacks
 ROLLOUT = (ROLLOUT_REWARD_MEAN, ROLLOUT_REWARD_STD, ROLLOUT_ACCURACY, ROLLOUT_FILTERED_GROUPS,
            ROLLOUT_TURNS, ROLLOUT_MEMORY_TOKENS, ROLLOUT_RESPONSE_TOKENS, ROLLOUT_TOKENS_PER_S,
-           ROLLOUT_STALENESS)
+           ROLLOUT_STALENESS, ROLLOUT_UNGROUNDED_RATE)
 # gates (agent.gates), beside the rollout metrics: of the rollouts' memory turns; an eval cell's
 # as gate/{task}/{length}/... (gate_metric). Ungated: update_rate 1, exit_fraction 0.
 GATE_UPDATE_RATE = "gate/update_rate"  # memory turns that wrote the memory (not kept) / memory turns

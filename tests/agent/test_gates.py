@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 
 from pipelines.agent import AgentConfig, Response, get_templates, make_loop
 from pipelines.agent.codec import ChatCodec
@@ -22,9 +21,9 @@ from pipelines.errors import UserError
 from pipelines.data.tasks import task_chunks
 from pipelines.learn.traces import sft_trace
 from pipelines.rollout.metrics import rollout_metrics
-from pipelines.rollout.rewards import with_turn_cost
-from pipelines.rollout.trajectory import Group, Trajectory, from_row, to_row
-from tests.support import built
+from pipelines.rollout.rewards import with_costs
+from pipelines.rollout.trajectory import SCHEMA_VERSION, Group, Trajectory, from_row, to_row
+from tests.support import built, scripted_llama
 
 GATED = get_templates("gated")
 LIMITS = LoopLimits(memory_budget=64, final_budget=16, question_budget=64)
@@ -220,40 +219,12 @@ def test_trajectories_of_schema_2_read_as_ungated():
     old.update(schema_version=2, turns=[{k: v for k, v in turn.items() if k != "gate"} for turn in row["turns"]])
     t = from_row(old)
     assert [x.gate for x in t.turns] == ["updated", "final"] and (t.chunks_read, t.exit_chunk, t.malformed) == (1, None, 0)
-    with pytest.raises(UserError, match="schema_version 4, this code reads 2, 3"):
-        from_row({**row, "schema_version": 4})
+    with pytest.raises(UserError, match=f"schema_version {SCHEMA_VERSION + 1}, this code reads 2, 3"):
+        from_row({**row, "schema_version": SCHEMA_VERSION + 1})
 
 
 def test_turn_cost_per_chunk_read():
-    assert with_turn_cost(1.0, 0.0, 7) == 1.0 and with_turn_cost(1.0, 0.05, 4) == pytest.approx(0.8)
-
-
-def scripted_llama(out: Path, tokenizer, chain: list[int], hidden: int = 64, heads: int = 4) -> Path:
-    """A real HF Llama that, greedy, answers any chat prompt with a fixed token chain: its layers add
-    nothing to the residual stream, so each next token is a function of the last one only (chain[i]
-    -> chain[i + 1], starting from the generation prompt's last token)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False, hidden_size=hidden,
-                      intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=heads,
-                      num_key_value_heads=heads // 2, max_position_embeddings=8192)
-    model = LlamaForCausalLM(cfg)
-    basis = {t: i for i, t in enumerate(dict.fromkeys(chain))}
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        for t, i in basis.items():
-            model.model.embed_tokens.weight[t].zero_()
-            model.model.embed_tokens.weight[t, i] = 1.0
-        for a, b in zip(chain, chain[1:]):
-            model.lm_head.weight[b].zero_()
-            model.lm_head.weight[b, basis[a]] = 100.0
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    assert with_costs(1.0, chunks_read=7) == 1.0 and with_costs(1.0, turn_cost=0.05, chunks_read=4) == pytest.approx(0.8)
 
 
 @pytest.fixture(scope="module")

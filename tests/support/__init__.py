@@ -42,6 +42,35 @@ def make_tiny_llama(out: Path, tokenizer, **dims) -> Path:
     return out
 
 
+def scripted_llama(out: Path, tokenizer, chain: list[int], hidden: int = 64, heads: int = 4) -> Path:
+    """A real HF Llama that, greedy, answers any chat prompt with a fixed token chain: its layers add
+    nothing to the residual stream, so each next token is a function of the last one only (chain[i]
+    -> chain[i + 1], starting from the generation prompt's last token)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False, hidden_size=hidden,
+                      intermediate_size=2 * hidden, num_hidden_layers=1, num_attention_heads=heads,
+                      num_key_value_heads=heads // 2, max_position_embeddings=8192)
+    model = LlamaForCausalLM(cfg)
+    basis = {t: i for i, t in enumerate(dict.fromkeys(chain))}
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        for t, i in basis.items():
+            model.model.embed_tokens.weight[t].zero_()
+            model.model.embed_tokens.weight[t, i] = 1.0
+        for a, b in zip(chain, chain[1:]):
+            model.lm_head.weight[b].zero_()
+            model.lm_head.weight[b, basis[a]] = 100.0
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 @contextmanager
 def local_ray() -> Iterator[None]:
     """A local Ray of 2 CPUs (this machine's) whose workers import from the repository (the
