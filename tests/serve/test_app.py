@@ -1,4 +1,5 @@
-"""The Serve app end to end over HTTP: vLLM CPU engines (2 replicas), a real chunk store,
+"""The Serve app end to end over HTTP: vLLM CPU engines (2 replicas) on the tiny random model
+(only routes, shapes and faults matter here; tests/serve/test_streaming.py runs SmolLM2), a real chunk store,
 SeaweedFS for s3:// documents, the openai client, a batch job that survives killed processes,
 a weight reload under traffic, every bad-input and auth rule, and the path rule (uri, input
 and output only under serve.allowed_paths / allowed_s3_prefixes). One app for the module."""
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "test-token"
 S3_ALLOWED = "s3://memagent-test/serve"
-N_DOCS, N_ROWS, SHARD = 10, 16, 4  # 16 rows: 4 shards of 4, the kills land after the first
+N_DOCS, N_ROWS, SHARD = 10, 32, 4  # 32 rows: 8 shards of 4, the kills land after the first
 
 
 
@@ -51,10 +52,10 @@ def store(tmp_path_factory, smollm2_dir, home):
 
 
 @pytest.fixture(scope="module")
-def served(s3, store, tmp_path_factory):
+def served(s3, store, tmp_path_factory, vllm_tiny_model_dir):
     state = tmp_path_factory.mktemp("serve-state")
     cfg = load_config(overrides=[
-        "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=16",
+        f"model.path={vllm_tiny_model_dir}", "engine.kind=vllm", "engine.cpu_kvcache_gib=1", "engine.max_model_len=2048", "engine.max_num_seqs=16",
         "agent.chunk_size=128", "agent.memory_budget=16", "agent.final_budget=16",
         "serve.replicas=2", "serve.replica_cpus=0.5", "serve.max_ongoing_requests=4",
         "serve.max_queued_requests=2", "serve.retry_after_s=1", f"serve.shard_rows={SHARD}", "serve.max_doc_tokens=2000",
@@ -204,7 +205,8 @@ def test_batch_job_survives_killed_replica_and_job_manager(client, served, tmp_p
     r = client.post("/v1/jobs", json=body)
     assert r.status_code == 202, r.text
     job_id = r.json()["job_id"]
-    wait_job(client, job_id, lambda s: s["done"] >= SHARD)
+    seen = wait_job(client, job_id, lambda s: s["done"] >= SHARD)
+    assert seen["done"] < seen["total"], seen  # the kills land mid-job
     victim = serve_pids(cfg, "Agent")[0]
     kill_tree(victim)
     for pid in serve_pids(cfg, "Jobs"):
@@ -223,10 +225,10 @@ def test_batch_job_survives_killed_replica_and_job_manager(client, served, tmp_p
     assert client.post("/v1/jobs", json=body).json() == {"job_id": job_id, "status": "done"}
 
 
-def test_reload_mid_traffic_drops_nothing(client, served, smollm2_dir, tmp_path):
+def test_reload_mid_traffic_drops_nothing(client, served, vllm_tiny_model_dir, tmp_path):
     new = tmp_path / "checkpoint-2"
     new.mkdir()
-    for f in Path(smollm2_dir).iterdir():
+    for f in Path(vllm_tiny_model_dir).iterdir():
         (new / f.name).symlink_to(f)
     before = client.get("/v1/models").json()["data"][0]["version"]
     results: list = []
