@@ -3,12 +3,13 @@
 A record keeps what the table, the CSV and the memory traces need, never the document or
 the token ids: the question, gold answers and their kind, prediction, raw answer, scores
 (pipelines.agent.reward.SCORES, strict first, computed from the prediction), document tokens,
-turns, tokens generated over all turns (what the gates save), the gates' counts, the memory (every step for the first `traces` rows of a cell, else
+turns, tokens generated over all turns (what the gates save), the gates' counts, the memory turns
+that state a number their prompt does not hold (`ungrounded`: invented or cut short), the memory (every step for the first `traces` rows of a cell, else
 the last one) and, for those rows, each turn's `steps` (prompt tokens, tokens generated,
 seconds, gate decision): what their MLflow traces show (pipelines/eval/traces.py). `seconds` is
 the row's own loop (a latency); `finished` (unix time the result arrived) with it gives a cell's
 span from its first row's start to its last row's end, so documents per hour as a throughput
-(benchmarks/gates.py). Records written before `generated` and `finished` lack them.
+(benchmarks/gates.py). Records written before `generated`, `finished` and `ungrounded` lack them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def base_record(row: TaskRow, method: str, length: str, index: int) -> dict:
     return {"sample_id": row.sample_id, "task": row.task, "length": length, "method": method, "index": index,
             "question": row.question, "answers": list(row.answers), "answer_kind": row.answer_kind,
             "prediction": None, "answer": "", "strict": 0.0, "em": 0.0, "sub_em": 0.0, "f1": 0.0,
-            "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "generated": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0,
+            "answer_recall": 0.0, "doc_tokens": 0, "turns": 0, "generated": 0, "ungrounded": 0, "truncated": False, "error": None, "memory": [], "seconds": 0.0,
             "finished": None, "steps": [], **GATES_NONE}
 
 
@@ -50,7 +51,7 @@ def trajectory_record(ref: RowRef, t: Trajectory, traces: int, finished: float |
     rec = base_record(ref.row, method, length, ref.index)
     rec.update(prediction=t.prediction, answer=t.answer[:MAX_ANSWER_CHARS], doc_tokens=t.doc_tokens,
                turns=len(t.turns), generated=t.response_tokens, truncated=t.truncated, chunks_read=t.chunks_read, chunks_unread=t.chunks_unread,
-               memory_updates=t.memory_updates, exit_chunk=t.exit_chunk, malformed=t.malformed,
+               memory_updates=t.memory_updates, exit_chunk=t.exit_chunk, malformed=t.malformed, ungrounded=t.ungrounded,
                memory=list(t.memory) if ref.index < traces else list(t.memory[-1:]), seconds=t.seconds, finished=finished,
                steps=turn_steps(t) if ref.index < traces else [])
     row = ref.row

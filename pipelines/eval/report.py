@@ -51,7 +51,7 @@ def format_table(summary: Summary, tasks, lengths, methods) -> str:
 
 def table_csv(summary: Summary) -> str:
     buf = io.StringIO()
-    cols = ["task", "length", "method", "n", "n_scored", "na", "truncated", "turns", "generated"] + [
+    cols = ["task", "length", "method", "n", "n_scored", "na", "truncated", "turns", "generated", "ungrounded"] + [
         f"{s}{x}" for s in EVAL_SCORES for x in ("", "_lo", "_hi")]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()

@@ -98,7 +98,10 @@ def summarize(records: list[dict]) -> dict:
                  "turns": sum(r.get("turns", 0) for r in scored) / max(1, len(scored)),
                  # tokens generated per row (memory turns and answer); cells recorded before it: NaN
                  "generated": (sum(r["generated"] for r in scored) / len(scored)
-                               if scored and all(r.get("generated") is not None for r in scored) else float("nan"))}
+                               if scored and all(r.get("generated") is not None for r in scored) else float("nan")),
+                 # share of rows whose memory ever stated a number its turn had not read; before it: NaN
+                 "ungrounded": (sum(bool(r["ungrounded"]) for r in scored) / len(scored)
+                                if scored and all(r.get("ungrounded") is not None for r in scored) else float("nan"))}
     for name in SCORES:
         mean, lo, hi = mean_ci([float(r[name]) for r in scored if r.get(name) is not None])
         out.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})

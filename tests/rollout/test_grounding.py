@@ -5,6 +5,7 @@ shows as rollout/ungrounded_rate. WorkerCore on a real HF Llama scripted to writ
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -67,6 +68,14 @@ def test_only_the_turn_that_invents_a_number_pays(inventor):
     m = rollout_metrics([Group("n0#1", "n0", [t])])
     assert m["rollout/ungrounded_rate"] == pytest.approx(1 / len(t.memory))
     assert from_row(to_row(t)) == t
+    # An eval cell's records carry the count; its summary, the share of rows that ever invented.
+    from pipelines.eval.records import RowRef, trajectory_record
+    from pipelines.eval.results import summarize
+
+    rec = trajectory_record(RowRef(("needle", "1K", "memagent"), 0, row), t, traces=0)
+    assert rec["ungrounded"] == 1
+    assert summarize([rec, {**rec, "ungrounded": 0}])["ungrounded"] == 0.5
+    assert math.isnan(summarize([{k: v for k, v in rec.items() if k != "ungrounded"}])["ungrounded"])  # older cells
 
 
 def test_rows_of_schema_3_read_as_uncounted():
