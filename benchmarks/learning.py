@@ -140,9 +140,9 @@ ABLATIONS = {
     # leaves in [0.01, 0.99] (4 probes a row). Their steps/hour: each run's train_minutes over its steps.
     "tis": ["learn.tis_cap=2"],
     "pass_filter": ["learn.pass_filter={samples: 4}"],
-    # Half the reward per memory turn that states a number its prompt does not hold: the essay RL
-    # model wrote "... is: 2." before reading its needle in 7 of 24 first turns (SFT: 0 of 24),
-    # and at 16x every one of its 21 niah_single misses kept such a number to the end.
+    # Half the reward per memory turn that states a number its prompt does not hold: on needle-free
+    # first chunks the essay RL model starts a needle sentence in 7 of 24 rows (SFT: 0 of 24), and
+    # at 16x 20 of its 21 niah_single misses end on the needle sentence with a wrong number.
     "ground": ["learn.ground_cost=0.5"],
 }
 LADDER = (1, 2, 4, 8, 16)  # multiples of the training length (1x) a --ladder model is scored at

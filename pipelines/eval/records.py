@@ -4,8 +4,8 @@ A record keeps what the table, the CSV and the memory traces need, never the doc
 the token ids: the question, gold answers and their kind, prediction, raw answer, scores
 (pipelines.agent.reward.SCORES, strict first, computed from the prediction), document tokens,
 turns, tokens generated over all turns (what the gates save), the gates' counts, the memory turns
-that state a number their prompt does not hold (`ungrounded`: invented or cut short), the memory (every step for the first `traces` rows of a cell, else
-the last one) and, for those rows, each turn's `steps` (prompt tokens, tokens generated,
+that state a number their prompt does not hold (`ungrounded`: invented or cut short), the memory
+(every step for the first `traces` rows of a cell, else the last one) and, for those rows, each turn's `steps` (prompt tokens, tokens generated,
 seconds, gate decision): what their MLflow traces show (pipelines/eval/traces.py). `seconds` is
 the row's own loop (a latency); `finished` (unix time the result arrived) with it gives a cell's
 span from its first row's start to its last row's end, so documents per hour as a throughput

@@ -88,6 +88,13 @@ def rescored(record: dict) -> dict:
     return {**record, "answer_kind": kind, **reward.scores(record.get("prediction"), answers, kind)}
 
 
+def per_row(records: list[dict], key: str, value=float) -> float:
+    """Mean of value(record[key]) over the records; NaN when any lacks it (cells recorded before it)."""
+    if not records or any(r.get(key) is None for r in records):
+        return float("nan")
+    return sum(value(r[key]) for r in records) / len(records)
+
+
 def summarize(records: list[dict]) -> dict:
     """Mean and 95% interval of each score over the scored samples; n/a if any sample could not
     run (the full-document baseline when a document exceeds the window)."""
@@ -96,12 +103,8 @@ def summarize(records: list[dict]) -> dict:
                  "na": len(scored) < len(records) or not scored,
                  "truncated": sum(bool(r.get("truncated")) for r in records),
                  "turns": sum(r.get("turns", 0) for r in scored) / max(1, len(scored)),
-                 # tokens generated per row (memory turns and answer); cells recorded before it: NaN
-                 "generated": (sum(r["generated"] for r in scored) / len(scored)
-                               if scored and all(r.get("generated") is not None for r in scored) else float("nan")),
-                 # share of rows whose memory ever stated a number its turn had not read; before it: NaN
-                 "ungrounded": (sum(bool(r["ungrounded"]) for r in scored) / len(scored)
-                                if scored and all(r.get("ungrounded") is not None for r in scored) else float("nan"))}
+                 "generated": per_row(scored, "generated"),  # tokens generated (memory turns and answer)
+                 "ungrounded": per_row(scored, "ungrounded", bool)}  # rows that ever stated an unread number
     for name in SCORES:
         mean, lo, hi = mean_ci([float(r[name]) for r in scored if r.get(name) is not None])
         out.update({name: mean, f"{name}_lo": lo, f"{name}_hi": hi})

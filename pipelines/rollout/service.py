@@ -57,7 +57,7 @@ class RolloutService:
         r = cfg.rollout
         self.cfg = cfg
         self.spec = spec or RolloutSpec(r.temperature, r.top_p, r.reward, turn_cost=cfg.learn.turn_cost,
-                                           ground_cost=cfg.learn.ground_cost)
+                                        ground_cost=cfg.learn.ground_cost)
         self.sched = Scheduler(rows, r.group_size, limits_of(cfg, len(workers or []) or r.workers), version)
         self.quarantine: list[tuple[str, str]] = []  # (sample_id, reason) of groups that failed
         self._policy = (weights, version)

@@ -1,8 +1,8 @@
 """The Serve app end to end over HTTP: vLLM CPU engines (2 replicas) on the tiny random model
-(only routes, shapes and faults matter here; tests/serve/test_streaming.py runs SmolLM2), a real chunk store,
-SeaweedFS for s3:// documents, the openai client, a batch job that survives killed processes,
-a weight reload under traffic, every bad-input and auth rule, and the path rule (uri, input
-and output only under serve.allowed_paths / allowed_s3_prefixes). One app for the module."""
+(only routes, shapes and faults matter here; tests/serve/test_streaming.py runs SmolLM2), a real
+chunk store, SeaweedFS for s3:// documents, the openai client, a batch job that survives killed
+processes, a weight reload under traffic, every bad-input and auth rule, and the path rule (uri,
+input and output only under serve.allowed_paths / allowed_s3_prefixes). One app for the module."""
 
 import json
 import os
