@@ -35,7 +35,8 @@ effect must state).
 
 Ablations (opt-in stages, `--stages sft,curriculum,eval`): RL from the same SFT weights with one
 change to the preset (ABLATIONS: curriculum, rollout_mean, issue #35's tis and pass_filter, ground),
-scored at 4x with n = --n and paired against RL's cells on the same rows. Cells already in the
+scored at 4x with n = --n (a suite with 16x: there too, n = --n-other) and paired against RL's
+cells on the same rows. Cells already in the
 results folder stand for a model this session did not train (each cell's model.json names the
 weights it scored).
 Scores: the strict score (pipelines.agent.reward: every gold item claimed and nothing else; SQuAD's
@@ -180,7 +181,7 @@ def plan(n: int, n_other: int, lengths: tuple[str, ...], seeds: int = 1) -> list
     1x (scored once: the packaged model), the 4x cells that carry a target, the rest. Three: every
     1x and 4x cell has n rows, the longest n_other; SFT's 1x and 4x, then RL's 4x, truncation
     beside it, the longest length, RL's 1x, SFT's longest. Then the other RL seeds and each
-    ablation at 4x."""
+    ablation at 4x (n), then (three lengths) each ablation at the longest (n_other)."""
     one, four, *longer = lengths
     if not longer:
         cells = [Cells("base", "memagent", one, n), Cells("sft", "memagent", four, n), Cells("rl", "memagent", four, n),
@@ -195,7 +196,8 @@ def plan(n: int, n_other: int, lengths: tuple[str, ...], seeds: int = 1) -> list
                  Cells("rl", "memagent", one, n), Cells("rl", "truncation", one, n),
                  Cells("sft", "memagent", far, n_other)]
     return [*cells, *(Cells(seed_model(s), "memagent", four, n) for s in range(1, seeds)),
-            *(Cells(f"rl-{a}", "memagent", four, n) for a in ABLATIONS)]
+            *(Cells(f"rl-{a}", "memagent", four, n) for a in ABLATIONS),
+            *(Cells(f"rl-{a}", "memagent", far, n_other) for far in longer for a in ABLATIONS)]
 
 
 def seed_model(seed: int) -> str:
@@ -269,23 +271,26 @@ def fingerprint(model: str) -> str:
     return h.hexdigest()[:16]
 
 
-def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[str]) -> Path:
-    """The ladder's cells (resumable), kept only if they scored these very weights; returns their folder."""
+def evaluate(cells: Cells, model: str, results: Path, tasks: str, agent: list[str], extra: tuple[str, ...] = ()) -> Path:
+    """The ladder's cells (resumable), kept only if they scored these very weights with the same
+    settings beyond the suite's (EXTRA: --agent; a stamp without them had none); returns their folder."""
     import shutil
 
     out, fp = results / cells.name, fingerprint(model)
     stamp = out / "model.json"
-    scored = json.loads(stamp.read_text())["fingerprint"] if stamp.exists() else ("smollm2" if out.exists() else None)
-    if scored not in (None, fp):
-        print(f"learning: {cells.name} scored other weights ({scored}); scoring {fp} again", file=sys.stderr)
+    old = json.loads(stamp.read_text()) if stamp.exists() else {"fingerprint": "smollm2"} if out.exists() else None
+    extra = list(extra)
+    if old is not None and (old["fingerprint"], old.get("agent", [])) != (fp, extra):
+        print(f"learning: {cells.name} scored other weights or settings ({old['fingerprint']}, "
+              f"{old.get('agent', [])}); scoring {fp} with {extra} again", file=sys.stderr)
         shutil.rmtree(out)
     if not (out / "summary.json").exists():
         out.mkdir(parents=True, exist_ok=True)
-        meta = {"model": model, "fingerprint": fp}
+        meta = {"model": model, "fingerprint": fp, **({"agent": extra} if extra else {})}
         stamp.write_text(json.dumps(meta))
         started = time.monotonic()
         cmd = [sys.executable, "-m", "pipelines.cli", "eval", "--model", model, "--tasks", tasks, "--lengths",
-               cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL]
+               cells.length, "--n", str(cells.n), "--methods", cells.method, "--out", str(out), *agent, *EVAL, *extra]
         for attempt in range(1, ATTEMPTS + 1):  # a rerun resumes the cells
             if sh(cmd, attempt == ATTEMPTS, stage=f"eval-{cells.name.replace('/', '-')}") is not None:
                 break
@@ -320,7 +325,7 @@ def summarize(done: dict[Cells, Path], tasks: list[str], suite: Suite, seeds: in
     by = {(c.model, c.method, c.length): f for c, f in done.items()}
     four = suite.lengths[1]
     paired = pairs(by, tasks, "sft", "rl", suite.lengths)
-    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", (four,)))}
+    ablations = {a: d for a in ABLATIONS if (d := pairs(by, tasks, "rl", f"rl-{a}", suite.lengths[1:]))}
     means = {model: {t: {ln: v[model][0] for ln, v in strict.get(t, {}).items() if model in v} for t in tasks}
              for model in ("base", "sft", "rl")}
     cells = {c.name: json.loads((f / "model.json").read_text()) for c, f in done.items() if (f / "model.json").exists()}
@@ -433,6 +438,8 @@ def arguments() -> argparse.Namespace:
     p.add_argument("--ladder", help="score this trained model (e.g. rl) at 1x-16x, both methods (with --stages eval)")
     p.add_argument("--previous", help="another run's results folder: each model's memory-agent cells paired "
                                       "against that run's same-named ones (e.g. a new SFT recipe against the old)")
+    p.add_argument("--agent", action="append", default=[], help="an agent setting for every evaluation beyond the "
+                   "suite's, e.g. agent.grounded=true (cells record it; give it its own --results and --previous)")
     p.add_argument("--rescore", action="store_true", help="score the results folder's cells again from their "
                    "stored predictions and rewrite every summary (no training, no evaluation)")
     p.add_argument("--work", default=str(REPO / ".memagent" / "bench" / "learning"))
@@ -558,12 +565,12 @@ def run(args: argparse.Namespace) -> None:
         for c in plan(n, n_other, suite.lengths, args.rl_seeds):
             if (not args.models or c.model in args.models.split(",")) and \
                     (not args.lengths or c.length in args.lengths.split(",")) and (model := models.get(c.model)):
-                evaluate(c, model, results, tasks, suite.agent)
+                evaluate(c, model, results, tasks, suite.agent, tuple(args.agent))
                 write_summary(args, suite, models, results, tasks)
         if args.ladder:
             if (model := models.get(args.ladder)) is None:
                 sys.exit(f"learning: --ladder {args.ladder}: no trained model of that name in {work} ({', '.join(models.paths)})")
-            evaluate(lad, model, results, tasks, suite.agent)
+            evaluate(lad, model, results, tasks, suite.agent, tuple(args.agent))
     for name in models.recipes:  # the selected stages no cell asked for (e.g. --stages sft,rl)
         models.get(name)
     summary = write_summary(args, suite, models, results, tasks)

@@ -29,6 +29,9 @@ class AgentConfig(Strict):
     # Gated memory (pipelines.agent.gates): a memory turn may keep the memory or end the reading.
     # Off: the released checkpoints' loop and prompts, byte for byte. On: template "gated".
     gates: bool = False
+    # Grounded memory (pipelines.agent.grounding): drop the sentences of a memory write that state a
+    # number its turn did not read. Off: the memory is the model's text, as the paper's loop.
+    grounded: bool = False
 
     @model_validator(mode="after")
     def _gates_match_template(self) -> AgentConfig:

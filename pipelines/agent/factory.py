@@ -20,5 +20,6 @@ def make_loop(question: str, chunks: Iterable[list[int]], codec: ChatCodec, cfg:
               method: Method = "memagent", window: int = 0, keep_ids: bool = False) -> Loop:
     """memagent: the memory loop; truncation / full: one turn in `window` tokens (prompt + answer)."""
     if method == "memagent":
-        return AgentLoop(question, chunks, codec, get_templates(cfg.template), limits_of(cfg), keep_ids)
+        return AgentLoop(question, chunks, codec, get_templates(cfg.template), limits_of(cfg), keep_ids,
+                         cfg.grounded)
     return DirectLoop(question, chunks, codec, window, cfg.final_budget, full=method == "full", keep_ids=keep_ids)

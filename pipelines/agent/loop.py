@@ -12,6 +12,10 @@ With a gated template (agent.gates, pipelines.agent.gates) a memory turn may kee
 (an empty reply: the engine ends the turn at its first token, the end-of-turn one) or end the
 reading: the next request is then the final turn, and the rest of the document is
 never taken from the chunk stream.
+
+Every memory turn's write is checked against what that turn read (pipelines.agent.grounding):
+`AgentResult.ungrounded` counts the writes that state a number their prompt does not hold, and a
+grounded loop (agent.grounded) drops those sentences from the memory the next turn sees.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 from pipelines.agent.codec import ChatCodec
 from pipelines.agent.gates import read_gate, ungated
+from pipelines.agent.grounding import grounded, invented_numbers
 from pipelines.agent.reward import extract_boxed
 from pipelines.agent.templates import TemplateSet
 from pipelines.agent.turns import AgentResult, Response, TurnRequest, record_turn
@@ -41,15 +46,17 @@ def check_question(question: str) -> None:
 
 class AgentLoop:
     def __init__(self, question: str, chunks: Iterable[list[int]], codec: ChatCodec, templates: TemplateSet,
-                 limits: LoopLimits, keep_ids: bool = False):
-        """keep_ids: the turn records keep their prompt token ids (training needs them)."""
+                 limits: LoopLimits, keep_ids: bool = False, grounded: bool = False):
+        """keep_ids: the turn records keep their prompt token ids (training needs them); grounded:
+        memory sentences stating a number the turn did not read are dropped (agent.grounded)."""
         check_question(question)
         if len(codec.encode(question)) > limits.question_budget:
             raise UserError(f"question: longer than question_budget={limits.question_budget} tokens")
         self.question = question
         self._chunks: Iterator[list[int]] = iter(chunks)
         self._codec, self._templates, self._limits = codec, templates, limits
-        self._keep = keep_ids
+        self._keep, self._grounded = keep_ids, grounded
+        self._read = ""  # the pending memory turn's prompt text: all it has read
         self.memory = templates.initial_memory  # the memory text the next turn sees
         self._pending: TurnRequest | None = None
         self._result = AgentResult(question)
@@ -68,7 +75,7 @@ class AgentLoop:
         turn = len(self._result.memory)
         if chunk is not None:
             self._result.doc_tokens += len(chunk)
-            text = self._templates.update_prompt(self.question, self.memory, self._codec.decode(chunk))
+            text = self._read = self._templates.update_prompt(self.question, self.memory, self._codec.decode(chunk))
             req = TurnRequest(turn, False, self._codec.encode_user(text), self._limits.memory_budget)
         else:
             if turn == 0:
@@ -88,8 +95,11 @@ class AgentLoop:
             return
         gate = (read_gate if self._templates.gated else ungated)(response.text)
         self._result.turns.append(record_turn(req, response, self._keep, gate.action))
-        if gate.memory is not None:
-            self.memory = gate.memory
+        if (written := gate.memory) is not None and invented_numbers(self._read, written):
+            self._result.ungrounded += 1
+            written = grounded(self._read, written) if self._grounded else written
+        if written is not None:
+            self.memory = written
         self._result.malformed += gate.malformed
         self._result.memory.append(self.memory)
         self._exited = gate.action == "exited"

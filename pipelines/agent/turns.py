@@ -90,6 +90,7 @@ class AgentResult(GateCounts):
     turns: list[TurnRecord] = field(default_factory=list)
     truncated: bool = False  # the one-turn baselines: the document was cut to fit the window
     malformed: int = 0  # gated turns whose marker was malformed (their text taken as the memory)
+    ungrounded: int = 0  # memory writes stating a number their turn did not read (pipelines.agent.grounding)
 
     @property
     def memory_tokens(self) -> list[int]:

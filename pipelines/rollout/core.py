@@ -20,7 +20,7 @@ from pipelines.engine.base import Engine, Sampling
 from pipelines.engine.driver import run_loop
 from pipelines.agent.reward import accuracy
 from pipelines.data.tasks import task_chunks
-from pipelines.rollout.rewards import compute_reward, invented_numbers, load_reward, with_costs
+from pipelines.rollout.rewards import compute_reward, load_reward, with_costs
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, Trajectory
 
@@ -76,21 +76,14 @@ class WorkerCore:
             seconds = time.perf_counter() - start
         self.rollouts_done += 1
         value = compute_reward(reward, result.answer, row.answers, row.answer_kind, row.sample_id)
-        ungrounded = self.ungrounded(result)
         return Trajectory(
             sample_id=row.sample_id, group_id=task.group_id, index=index, turns=result.turns,
             memory=list(result.memory), answer=result.answer, prediction=result.prediction,
             reward=with_costs(value, turn_cost=spec.turn_cost, chunks_read=result.chunks_read,
-                              ground_cost=spec.ground_cost, ungrounded=ungrounded),
+                              ground_cost=spec.ground_cost, ungrounded=result.ungrounded),
             accuracy=accuracy(result.prediction, row.answers, row.answer_kind),
             truncated=result.truncated, doc_tokens=result.doc_tokens, seconds=seconds, worker=self.name,
-            malformed=result.malformed, chunks_unread=self.chunks_unread(row, result), ungrounded=ungrounded)
-
-    def ungrounded(self, result: Any) -> int:
-        """Memory turns whose memory states a number their prompt does not hold (rewards.py)."""
-        memory_turns = [t for t in result.turns if not t.is_final]
-        return sum(bool(invented_numbers(self.codec.decode(t.prompt_ids), memory))
-                   for t, memory in zip(memory_turns, result.memory))
+            malformed=result.malformed, chunks_unread=self.chunks_unread(row, result), ungrounded=result.ungrounded)
 
     def chunks_unread(self, row: Any, result: Any) -> int:
         """Chunks of the row's document an exited loop never read, by the row's document length

@@ -6,17 +6,14 @@ config names a user reward by dotted path so that every worker process can impor
 optional cost per chunk read (`learn.turn_cost`) is subtracted from it: with gates, reading on
 after the memory already answers then costs reward (GRU-Mem rewards its exit gate likewise). So is
 an optional cost per ungrounded memory turn (`learn.ground_cost`): one whose memory states a number
-its prompt (the question, the previous memory and the chunk: all the turn has read) does not hold.
-RL on 2-4 chunk documents taught SmolLM2 to write the question's needle sentence with an invented
-number ("... for rich-tower is: 2.") before reading the needle, which short documents forgive and
-long ones do not: the memory keeps it and the real needle, 58 chunks later, is passed over.
+its prompt (the question, the previous memory and the chunk: all the turn has read) does not hold
+(pipelines.agent.grounding, which says why).
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-import re
 
 from pipelines.agent.reward import Reward, default_reward
 from pipelines.errors import UserError
@@ -44,15 +41,6 @@ def compute_reward(fn: Reward | None, response: str, answers: list[str], answer_
     if math.isnan(value):
         raise UserError(f"sample '{sample_id}': reward is NaN")
     return value
-
-
-_NUMBER = re.compile(r"\d+")
-
-
-def invented_numbers(prompt: str, memory: str) -> set[str]:
-    """The numbers (whole digit runs) `memory` states that its turn's `prompt` does not: invented,
-    or a read one cut short ("1185" for 1185699)."""
-    return set(_NUMBER.findall(memory)) - set(_NUMBER.findall(prompt))
 
 
 def with_costs(value: float, *, turn_cost: float = 0.0, chunks_read: int = 0, ground_cost: float = 0.0,

@@ -14,27 +14,11 @@ from pipelines.agent.codec import ChatCodec
 from pipelines.engine.hf_engine import HFEngine
 from pipelines.rollout.core import RolloutSpec, WorkerCore
 from pipelines.rollout.metrics import rollout_metrics
-from pipelines.rollout.rewards import invented_numbers, with_costs
+from pipelines.rollout.rewards import with_costs
 from pipelines.rollout.schedule import GroupTask
 from pipelines.rollout.trajectory import Group, from_row, to_row
 from tests.rollout.helpers import needle_row
 from tests.support import scripted_llama
-
-NEEDLE = "One of the special magic numbers for rich-tower is: 6246763."
-
-
-def test_invented_numbers_by_hand():
-    question = "What is the special magic number for rich-tower mentioned in the provided text?"
-    before = f"{question}\nNo previous memory\nHe wrote 3 essays in 1997."
-    assert invented_numbers(before, "One of the special magic numbers for rich-tower is: 2.") == {"2"}
-    assert invented_numbers(before, "No previous memory") == set()
-    assert invented_numbers(before, "He wrote 3 essays in 1997.") == set()  # read in the chunk
-    at = f"{question}\nNo previous memory\n{NEEDLE}"
-    assert invented_numbers(at, NEEDLE) == set()
-    assert invented_numbers(at, "One of the special magic numbers for rich-tower is: 6246.") == {"6246"}  # cut short
-    after = f"{question}\n{NEEDLE}\nAn essay chunk with no numbers."
-    assert invented_numbers(after, NEEDLE) == set()  # kept from the previous memory
-
 
 def test_costs_add_up():
     assert with_costs(1.0) == 1.0
@@ -84,3 +68,14 @@ def test_rows_of_schema_3_read_as_uncounted():
     row = to_row(trajectory("a#1", 0, 1.0))
     old = {k: v for k, v in row.items() if k != "ungrounded"}
     assert from_row({**old, "schema_version": 3}).ungrounded == 0
+
+
+def test_a_grounded_agent_never_keeps_the_invented_number(inventor):
+    """agent.grounded: the invented memory is dropped every turn, so every turn invents again (and
+    pays); the trajectory's memories are the initial one throughout."""
+    agent = AgentConfig(chunk_size=32, memory_budget=12, final_budget=12, grounded=True)
+    core = WorkerCore(HFEngine(str(inventor)), agent, loops=2)
+    spec = RolloutSpec(temperature=0.0, ground_cost=0.25)
+    t = asyncio.run(core.run_group(GroupTask("n0#1", needle_row(0, 4), 1), spec)).trajectories[0]
+    assert len(t.memory) >= 3 and set(t.memory) == {"No previous memory"}
+    assert t.ungrounded == len(t.memory) and t.reward == pytest.approx(-0.25 * len(t.memory))
