@@ -499,10 +499,16 @@ class Models:
 
 
 def keep_record(out: Path, results: Path, name: str) -> None:
-    """A training's done.json, wall times and curve beside its cells (RESULTS/NAME-*), to commit."""
+    """A training's done.json, wall times and curve beside its cells (RESULTS/NAME-*), to commit. A
+    record of another run of NAME already there (a new machine trains again) stays; this run's goes
+    to RESULTS/NAME-<its checkpoint's time>-*."""
     import shutil
 
     results.mkdir(parents=True, exist_ok=True)
+    done, kept = out / "done.json", results / f"{name}-done.json"
+    if done.exists() and kept.exists() and kept.read_text() != done.read_text():
+        name = f"{name}-{json.loads(done.read_text()).get('checkpoint', '').rsplit('checkpoint_', 1)[-1] or 'again'}"
+        print(f"learning: another run's record is in {kept}; this run's: {results / name}-*", file=sys.stderr)
     for f in ("done.json", "wall.jsonl", "curve.png"):
         if (out / f).exists():
             shutil.copyfile(out / f, results / f"{name}-{f}")
